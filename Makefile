@@ -1,0 +1,27 @@
+# make test  - create .venv if missing, install terngrad with its dev extras, run the tests
+# make demo  - create .venv if missing, install, run `terngrad demo`
+# make lint  - ruff over the package and the tests
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: test demo lint clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+demo: $(STAMP)
+	$(VENV)/bin/terngrad demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check terngrad tests
+	$(VENV)/bin/ruff format --check terngrad tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,397 @@
+"""What every quantizer shares: the :class:`Encoded` message, the :class:`Quantizer` interface
+and registry, input checks, bucketing and stochastic rounding.
+
+A quantizer maps a gradient ``g`` (any shape, float) to a few float32 *scales* per bucket and one
+integer *digit* per element; the wire layer packs the digits, and :class:`Encoded` is exactly
+what travels: ``Encoded.nbytes`` is the size of its frame (header + scales + payload).
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from terngrad.wire import Codec, FrameHeader, read_frame, write_frame
+
+_REGISTRY: dict[str, type[Quantizer]] = {}
+
+
+# --------------------------------------------------------------------------- the message
+
+
+@dataclass(frozen=True, eq=False)
+class Encoded:
+    """One encoded gradient: everything a receiver needs to decode it.
+
+    ``scales`` (float32, 1-D) and ``payload`` (uint8, 1-D: the packed digits, or raw floats for
+    ``fp32``/``fp16``) travel in one frame with a small header; ``nbytes`` is that frame's exact
+    size. ``levels`` and ``bucket_size`` (0 = one bucket for the whole tensor) are the header's
+    method parameters, so decoding needs nothing but this object.
+    """
+
+    method: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    codec: Codec
+    levels: int
+    bucket_size: int
+    scales: torch.Tensor
+    payload: torch.Tensor
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def header(self) -> FrameHeader:
+        return FrameHeader(
+            method_id=_REGISTRY[self.method].method_id,
+            codec=self.codec,
+            dtype=self.dtype,
+            shape=self.shape,
+            levels=self.levels,
+            bucket_size=self.bucket_size,
+            n_scales=self.scales.numel(),
+        )
+
+    @property
+    def nbytes(self) -> int:
+        """Exact bytes of this message on the wire: header + 4 * scales + payload."""
+        return self.header.nbytes
+
+    @property
+    def bits_per_element(self) -> float:
+        """Wire bits per gradient element, everything included (``inf`` for an empty tensor)."""
+        return 8 * self.nbytes / self.numel if self.numel else math.inf
+
+    def to_frame(self) -> torch.Tensor:
+        """The message as one contiguous uint8 tensor (see :mod:`terngrad.wire.frame`)."""
+        return write_frame(self.header, self.scales, self.payload)
+
+    @classmethod
+    def from_frame(cls, frame: torch.Tensor | bytes | bytearray | memoryview) -> Encoded:
+        """Parse a frame; ``ValueError`` if it is damaged or names an unknown method."""
+        header, scales, payload = read_frame(frame)
+        methods = {q.method_id: name for name, q in _REGISTRY.items()}
+        if header.method_id not in methods:
+            raise ValueError(f"terngrad frame names unknown method id {header.method_id}")
+        return cls(
+            method=methods[header.method_id],
+            shape=header.shape,
+            dtype=header.dtype,
+            codec=header.codec,
+            levels=header.levels,
+            bucket_size=header.bucket_size,
+            scales=scales,
+            payload=payload,
+        )
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def check_gradient(grad: Any) -> torch.Tensor:
+    """The gradient as a flat float32 tensor; a clear error for anything a quantizer can't take."""
+    if not isinstance(grad, torch.Tensor):
+        raise TypeError(f"gradient must be a torch.Tensor, got {type(grad).__name__}")
+    if not grad.dtype.is_floating_point:
+        raise ValueError(
+            f"gradient must be a floating-point tensor (float32, float16, bfloat16, float64), "
+            f"got {grad.dtype}"
+        )
+    flat = grad.detach().reshape(-1).to(torch.float32)
+    bad = flat.numel() - int(torch.isfinite(flat).sum())
+    if bad:
+        raise ValueError(
+            f"gradient has {bad} non-finite value(s) (NaN or Inf) out of {flat.numel()}; "
+            "they cannot be quantized: skip this step or find where the loss diverged"
+        )
+    return flat.contiguous()
+
+
+def check_bucket_size(bucket_size: Any) -> int | None:
+    """``None`` (one bucket per tensor) or a positive integer below 2**32."""
+    if bucket_size is None:
+        return None
+    if (
+        isinstance(bucket_size, bool)
+        or not isinstance(bucket_size, int)
+        or not (1 <= bucket_size < 2**32)
+    ):
+        raise ValueError(f"bucket_size must be None or a positive integer, got {bucket_size!r}")
+    return bucket_size
+
+
+def check_levels(levels: Any, name: str) -> int:
+    """A number of distinct values: an integer in [2, 65535]."""
+    if isinstance(levels, bool) or not isinstance(levels, int) or not 2 <= levels <= 65535:
+        raise ValueError(
+            f"{name}: levels counts the distinct quantized values and must be an integer in "
+            f"[2, 65535], got {levels!r}"
+        )
+    return levels
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
+# --------------------------------------------------------------------------- buckets
+
+
+def n_buckets(numel: int, bucket_size: int | None) -> int:
+    """Buckets of a tensor of ``numel`` elements: ceil(numel / bucket_size); 1 if unbucketed."""
+    if numel == 0:
+        return 0
+    return 1 if not bucket_size else math.ceil(numel / bucket_size)
+
+
+def bucket_rows(flat: torch.Tensor, bucket_size: int | None) -> list[torch.Tensor]:
+    """Views of ``flat`` as at most two 2-D blocks, one bucket a row.
+
+    The whole buckets form a ``(numel // bucket_size, bucket_size)`` block and a shorter last
+    bucket a ``(1, numel % bucket_size)`` block; concatenating per-row results in order gives
+    per-bucket order, and flattening per-element results gives the original element order.
+    """
+    n = flat.numel()
+    if n == 0:
+        return []
+    if not bucket_size or bucket_size >= n:
+        return [flat.view(1, n)]
+    full = n - n % bucket_size
+    rows = [flat[:full].view(-1, bucket_size)]
+    if full < n:
+        rows.append(flat[full:].view(1, -1))
+    return rows
+
+
+def bucket_reduce(flat: torch.Tensor, bucket_size: int | None, fn: Any) -> torch.Tensor:
+    """``fn`` applied to the rows of each bucket block, concatenated: one result per bucket."""
+    return torch.cat([fn(rows) for rows in bucket_rows(flat, bucket_size)])
+
+
+def bucket_expand(per_bucket: torch.Tensor, numel: int, bucket_size: int | None) -> torch.Tensor:
+    """Each bucket's value repeated over its elements: a tensor of ``numel`` values."""
+    if not bucket_size:
+        return per_bucket.expand(numel) if per_bucket.numel() else per_bucket.new_empty(numel)
+    return per_bucket.repeat_interleave(bucket_size)[:numel]
+
+
+def stochastic_round(t: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """Unbiased random rounding: ``floor(t) + 1[u < t - floor(t)]``, so ``E = t`` for u ~ U[0, 1).
+
+    The variance of one rounding is ``f (1 - f)`` with ``f = t - floor(t)``. ``uniform`` comes
+    from ``torch.rand`` (24-bit resolution), so the probability of rounding up is off from ``f``
+    by less than 2**-24.
+    """
+    lower = t.floor()
+    return lower + (uniform < t - lower)
+
+
+# --------------------------------------------------------------------------- the interface
+
+
+class Quantizer(ABC):
+    """A gradient quantizer: ``encode`` a tensor to an :class:`Encoded`, ``decode`` it back.
+
+    Subclasses register themselves by name: ``class X(Quantizer, name="x", method_id=9)``;
+    the method id is what a frame header carries, so ids never change once released.
+    """
+
+    name: ClassVar[str]
+    method_id: ClassVar[int]
+    #: True if encoding draws random numbers (the ``generator`` argument matters).
+    stochastic: ClassVar[bool] = False
+    #: True if ``encode`` takes ``scale=`` (an imposed, shared scale per bucket).
+    accepts_scale: ClassVar[bool] = False
+
+    def __init_subclass__(cls, *, name: str | None = None, method_id: int | None = None, **kw):
+        super().__init_subclass__(**kw)
+        if name is None:
+            return  # an abstract family, not a method
+        if name in _REGISTRY or method_id in {q.method_id for q in _REGISTRY.values()}:
+            raise RuntimeError(f"quantizer {name!r} (id {method_id}) is registered twice")
+        cls.name, cls.method_id = name, method_id
+        _REGISTRY[name] = cls
+
+    # --- configuration, set by each method's __init__
+    bucket_size: int | None = None
+
+    @property
+    @abstractmethod
+    def unbiased(self) -> bool:
+        """True where E[decode(encode(g))] == g for every g."""
+
+    @property
+    @abstractmethod
+    def levels(self) -> int:
+        """Distinct values per bucket (0 for the float baselines); the header's ``levels``."""
+
+    @property
+    @abstractmethod
+    def codec(self) -> Codec:
+        """How the digits (or floats) are packed."""
+
+    @classmethod
+    def option_names(cls) -> list[str]:
+        """The keyword options the method's constructor takes."""
+        return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The constructor options of this instance: ``quantize.get(q.name, **q.options)``."""
+        return {p: getattr(self, p) for p in self.option_names()}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"quantize.get({self.name!r}{', ' if args else ''}{args})"
+
+    # --- the public operations
+
+    def encode(
+        self,
+        grad: torch.Tensor,
+        generator: torch.Generator | None = None,
+        scale: float | torch.Tensor | None = None,
+    ) -> Encoded:
+        """Quantize ``grad`` (any shape, floating point, finite) into one wire message.
+
+        ``generator`` supplies the random draws of stochastic rounding (the global RNG if
+        ``None``); ``scale`` imposes the scale of each bucket (a number or one value per
+        bucket) where the method supports it.
+        """
+        flat = check_gradient(grad)
+        scale_t = self._check_scale(scale, flat)
+        if self.stochastic and flat.numel():
+            uniform = torch.rand(flat.numel(), generator=generator, device=flat.device)
+        else:
+            uniform = None
+        if flat.numel():
+            scales, values = self._quantize(flat, uniform, scale_t)
+        else:
+            scales, values = flat.new_empty(0), flat.new_empty(0, dtype=torch.int64)
+        return Encoded(
+            method=self.name,
+            shape=tuple(grad.shape),
+            dtype=grad.dtype,
+            codec=self.codec,
+            levels=self.levels,
+            bucket_size=self.bucket_size or 0,
+            scales=scales.to(torch.float32).reshape(-1),
+            payload=self.codec.pack(values),
+        )
+
+    def decode(self, encoded: Encoded) -> torch.Tensor:
+        """The float32 tensor ``encoded`` stands for, in the original shape."""
+        if not isinstance(encoded, Encoded):
+            raise TypeError(f"decode takes an Encoded, got {type(encoded).__name__}")
+        if encoded.method != self.name:
+            raise ValueError(
+                f"this message was encoded by {encoded.method!r}; decode it with "
+                f"quantize.get({encoded.method!r}) or quantize.decode()"
+            )
+        self._check_message_levels(encoded.levels)
+        numel = encoded.numel
+        expected = n_buckets(numel, encoded.bucket_size) * self._scales_per_bucket(encoded.levels)
+        if encoded.scales.numel() != expected:
+            raise ValueError(
+                f"{self.name} message of {numel} elements in buckets of "
+                f"{encoded.bucket_size or 'the whole tensor'} needs {expected} scales, "
+                f"got {encoded.scales.numel()}"
+            )
+        values = encoded.codec.unpack(encoded.payload, numel)
+        if not encoded.codec.is_float and numel and int(values.max()) >= encoded.levels:
+            raise ValueError(
+                f"{self.name} message has a digit {int(values.max())} beyond its "
+                f"{encoded.levels} levels (corrupted payload)"
+            )
+        if numel == 0:
+            return torch.zeros(encoded.shape)
+        scales = encoded.scales.to(torch.float32)
+        return self._dequantize(encoded, scales, values).reshape(encoded.shape)
+
+    def variance(self, grad: torch.Tensor, scale: float | torch.Tensor | None = None) -> float:
+        """Exact ``E||decode(encode(g)) - g||^2`` over the random draws (no sampling).
+
+        For unbiased methods this is the variance; for biased ones it includes the squared
+        bias (clipping, clamping, deterministic rounding).
+        """
+        flat = check_gradient(grad)
+        if not flat.numel():
+            return 0.0
+        return float(self._expected_sq_error(flat, self._check_scale(scale, flat)))
+
+    # --- what each method implements
+
+    @abstractmethod
+    def _quantize(
+        self, flat: torch.Tensor, uniform: torch.Tensor | None, scale: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scales, values)`` for a non-empty flat float32 gradient: what ``codec`` packs."""
+
+    @abstractmethod
+    def _dequantize(
+        self, encoded: Encoded, scales: torch.Tensor, values: torch.Tensor
+    ) -> torch.Tensor:
+        """The flat float32 values from the message's scales and unpacked values."""
+
+    @abstractmethod
+    def _expected_sq_error(self, flat: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+        """Exact ``E||Q(g) - g||^2`` for a non-empty flat float32 gradient."""
+
+    def _scales_per_bucket(self, levels: int) -> int:
+        """Float32 scales each bucket sends, for a message of ``levels`` levels."""
+        return 1
+
+    def _check_message_levels(self, levels: int) -> None:
+        """``ValueError`` if a message's ``levels`` field is impossible for this method."""
+        if levels < 2:
+            raise ValueError(f"{self.name} message needs at least 2 levels, got {levels}")
+
+    def _check_scale(
+        self, scale: float | torch.Tensor | None, flat: torch.Tensor
+    ) -> torch.Tensor | None:
+        """An imposed scale as one float32 value per bucket, or ``None``."""
+        if scale is None:
+            return None
+        if not self.accepts_scale:
+            raise ValueError(
+                f"{self.name} chooses its own levels per bucket and takes no imposed scale; "
+                "pass scale=None"
+            )
+        count = n_buckets(flat.numel(), self.bucket_size)
+        s = torch.as_tensor(scale, dtype=torch.float32, device=flat.device).reshape(-1)
+        if s.numel() == 1 and count != 1:
+            s = s.expand(count)
+        if s.numel() != count:
+            raise ValueError(
+                f"scale must be one number or one value per bucket ({count} here), "
+                f"got {s.numel()} values"
+            )
+        if count and not (bool(torch.isfinite(s).all()) and float(s.min()) >= 0):
+            raise ValueError("scale must be finite and non-negative")
+        return s.contiguous()
+
+
+def lookup(name: str) -> type[Quantizer]:
+    """The quantizer class registered as ``name``; a clear error with suggestions if none."""
+    if name not in _REGISTRY:
+        close = difflib.get_close_matches(str(name), list(_REGISTRY), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(
+            f"unknown quantizer {name!r}{hint}; choose one of: {', '.join(registered_names())}"
+        )
+    return _REGISTRY[name]
+
+
+def registered_names() -> list[str]:
+    """Registered names in method-id order."""
+    return sorted(_REGISTRY, key=lambda name: _REGISTRY[name].method_id)

@@ -1,0 +1,103 @@
+"""Quantizers that pick their own sorted levels ``b_1 <= ... <= b_L`` per bucket.
+
+Linear, ORQ, BinGrad and scaled sign differ only in how they choose the levels (``_fit``) and
+in how a value is rounded onto them:
+
+* ``"stochastic"``: a value ``y`` in the cell ``[b_i, b_{i+1}]`` becomes ``b_{i+1}`` with
+  probability ``(y - b_i) / (b_{i+1} - b_i)`` and ``b_i`` otherwise, so ``E = y`` with variance
+  ``(b_{i+1} - y)(y - b_i)``;
+* ``"nearest"``: the closest level (threshold at the midpoints; a tie goes up).
+
+Values outside ``[b_1, b_L]`` are clamped to the end levels first (a bias; none occurs when
+``b_1 = min`` and ``b_L = max`` of the bucket). The digit on the wire is the level index, in
+base L; the bucket's scales are whatever ``_levels`` needs to rebuild the levels (Linear: min
+and max; ORQ: all L levels), in float32. Encoder and decoder both build the levels from those
+float32 scales, so they agree exactly.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import ClassVar
+
+import torch
+
+from terngrad.quantize.base import Encoded, Quantizer, bucket_rows
+from terngrad.wire import Codec
+
+
+class LevelQuantizer(Quantizer):
+    """Base of the per-bucket level quantizers."""
+
+    rounding: ClassVar[str] = "stochastic"
+
+    @property
+    def stochastic(self) -> bool:  # type: ignore[override]
+        return self.rounding == "stochastic"
+
+    @property
+    def codec(self) -> Codec:
+        return Codec.base(self.levels)
+
+    @abstractmethod
+    def _fit(self, rows: torch.Tensor) -> torch.Tensor:
+        """The scales of each bucket (one row of ``rows`` each): a ``(rows, k)`` tensor."""
+
+    @abstractmethod
+    def _levels(self, scales: torch.Tensor, levels: int) -> torch.Tensor:
+        """Sorted levels ``(rows, levels)`` from float32 scales ``(rows, k)``."""
+
+    def _bucket_levels(self, flat: torch.Tensor):
+        """Per bucket block: ``(rows, float32 scales, levels)``."""
+        for rows in bucket_rows(flat, self.bucket_size):
+            scales = self._fit(rows).to(torch.float32)
+            yield rows, scales, self._levels(scales, self.levels)
+
+    @staticmethod
+    def _cell(y: torch.Tensor, levels: torch.Tensor):
+        """For clamped values ``y``: the cell index ``i`` and its ends ``b_i``, ``b_{i+1}``."""
+        idx = (torch.searchsorted(levels, y, right=True) - 1).clamp(0, levels.shape[1] - 2)
+        return idx, levels.gather(1, idx), levels.gather(1, idx + 1)
+
+    def _round_rows(
+        self, rows: torch.Tensor, levels: torch.Tensor, uniform: torch.Tensor | None
+    ) -> torch.Tensor:
+        y = torch.maximum(torch.minimum(rows, levels[:, -1:]), levels[:, :1]).contiguous()
+        if self.rounding == "nearest":
+            mids = ((levels[:, 1:] + levels[:, :-1]) / 2).contiguous()
+            return torch.searchsorted(mids, y, right=True)
+        idx, lo, hi = self._cell(y, levels)
+        width = hi - lo
+        p = torch.where(width > 0, (y - lo) / width, 0.0)
+        return idx + (uniform < p)
+
+    def _quantize(self, flat, uniform, scale):
+        scales, digits = [], []
+        u_rows = bucket_rows(uniform, self.bucket_size) if uniform is not None else None
+        for i, (rows, sc, lv) in enumerate(self._bucket_levels(flat)):
+            digits.append(self._round_rows(rows, lv, None if u_rows is None else u_rows[i]))
+            scales.append(sc.reshape(-1))
+        return torch.cat(scales), torch.cat([d.reshape(-1) for d in digits])
+
+    def _dequantize(self, encoded: Encoded, scales, values):
+        k = self._scales_per_bucket(encoded.levels)
+        out, start = [], 0
+        for rows in bucket_rows(values, encoded.bucket_size):
+            sc = scales[start : start + rows.shape[0] * k].view(rows.shape[0], k)
+            start += rows.shape[0] * k
+            out.append(self._levels(sc, encoded.levels).gather(1, rows.long()).reshape(-1))
+        return torch.cat(out)
+
+    def _expected_sq_error(self, flat, scale):
+        total = torch.zeros((), dtype=torch.float64)
+        for rows, _, lv in self._bucket_levels(flat):
+            if self.rounding == "nearest":
+                q = lv.gather(1, self._round_rows(rows, lv, None))
+                total += (q.double() - rows.double()).square().sum()
+            else:
+                y = torch.maximum(torch.minimum(rows, lv[:, -1:]), lv[:, :1]).contiguous()
+                _, lo, hi = self._cell(y, lv)
+                y64 = y.double()
+                rounding = (hi.double() - y64) * (y64 - lo.double())
+                total += rounding.sum() + (y64 - rows.double()).square().sum()
+        return total

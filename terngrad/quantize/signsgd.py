@@ -1,0 +1,31 @@
+"""Scaled sign (signSGD with a magnitude; Bernstein et al. 2018, Karimireddy et al. 2019).
+
+``Q(g) = (||g||_1 / d) sign(g)`` per bucket of d elements, with ``sign(0) = +1`` so that one
+bit per element suffices. Deterministic and biased: ``E||Q(g) - g||^2 = ||g||_2^2 -
+||g||_1^2 / d`` (the scale is the least-squares magnitude for the sign pattern). One float32
+scale per bucket; 1 bit per element. Pair it with error feedback.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from terngrad.quantize.base import check_bucket_size
+from terngrad.quantize.levels import LevelQuantizer
+
+
+class SignSGD(LevelQuantizer, name="signsgd", method_id=8):
+    """Scaled sign: ``bucket_size`` (None = one scale per tensor)."""
+
+    unbiased = False
+    rounding = "nearest"
+    levels = 2
+
+    def __init__(self, bucket_size: int | None = None) -> None:
+        self.bucket_size = check_bucket_size(bucket_size)
+
+    def _fit(self, rows: torch.Tensor) -> torch.Tensor:
+        return rows.abs().mean(1, keepdim=True)
+
+    def _levels(self, scales: torch.Tensor, levels: int) -> torch.Tensor:
+        return torch.cat([-scales, scales], dim=1)

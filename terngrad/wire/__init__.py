@@ -1,0 +1,49 @@
+"""The wire layer: integer codes to bytes and back, and the frame that carries one message.
+
+It knows byte tensors only; nothing here knows a quantizer. See ``pack`` for the bit layouts,
+``codec`` for the codec ids and ``frame`` for the header.
+"""
+
+from terngrad.wire.codec import Codec
+from terngrad.wire.frame import (
+    FORMAT_VERSION,
+    FrameHeader,
+    frame_nbytes,
+    header_nbytes,
+    read_frame,
+    write_frame,
+)
+from terngrad.wire.pack import (
+    base_nbytes,
+    nbit_nbytes,
+    pack_2bit,
+    pack_base,
+    pack_base3,
+    pack_nbit,
+    unpack_2bit,
+    unpack_base,
+    unpack_base3,
+    unpack_nbit,
+    word_layout,
+)
+
+__all__ = [
+    "FORMAT_VERSION",
+    "Codec",
+    "FrameHeader",
+    "base_nbytes",
+    "frame_nbytes",
+    "header_nbytes",
+    "nbit_nbytes",
+    "pack_2bit",
+    "pack_base",
+    "pack_base3",
+    "pack_nbit",
+    "read_frame",
+    "unpack_2bit",
+    "unpack_base",
+    "unpack_base3",
+    "unpack_nbit",
+    "word_layout",
+    "write_frame",
+]

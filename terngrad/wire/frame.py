@@ -1,0 +1,206 @@
+"""One self-describing frame per message: header, scales and payload in one uint8 tensor.
+
+A single collective call carries a whole frame, so the scales never need a round trip of their
+own. Layout (all integers little-endian; version 1)::
+
+    offset  size  field
+    0       2     magic b"TG"
+    2       1     format version (1)
+    3       1     flags (reserved, 0)
+    4       1     method id (the quantizer; terngrad.quantize maps ids to names)
+    5       1     codec kind id (raw32, raw16, nbit, base; see terngrad.wire.codec)
+    6       1     dtype id of the original gradient (float32, float16, bfloat16, float64)
+    7       1     ndim
+    8       2     codec param (bits per digit, or the base)
+    10      2     levels (number of distinct values; method-specific, 0 if none)
+    12      4     bucket size (elements per scale group; 0 = the whole tensor)
+    16      4     number of float32 scales
+    20      8     numel
+    28      8     payload length in bytes
+    36      4     CRC-32 of the whole frame, computed with this field zeroed
+    40      8*n   shape, one uint64 per dimension
+    ...     4*s   scales, float32
+    ...     p     payload
+
+The header is 40 + 8*ndim bytes (48 for a flat gradient), a multiple of 8, so the scales start
+4-byte aligned. :func:`read_frame` rejects, with a ``ValueError`` that says what is wrong, any
+frame that is truncated or padded, has another magic or version, names an unknown codec or
+dtype, has a shape that disagrees with numel or a payload length that disagrees with the codec,
+or fails its checksum: a damaged frame never decodes to a wrong tensor.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import zlib
+from dataclasses import dataclass
+
+import torch
+
+from terngrad.wire.codec import Codec
+
+MAGIC = b"TG"
+FORMAT_VERSION = 1
+
+_HEADER = struct.Struct("<2sBBBBBBHHIIQQI")
+_CRC_OFFSET = 36
+DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+_U8, _U16, _U32 = 0xFF, 0xFFFF, 0xFFFF_FFFF
+
+
+@dataclass(frozen=True)
+class FrameHeader:
+    """What a frame says about its message, apart from the scales and payload bytes."""
+
+    method_id: int
+    codec: Codec
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    levels: int
+    bucket_size: int
+    n_scales: int
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def payload_len(self) -> int:
+        return self.codec.nbytes(self.numel)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole frame: header + scales + payload."""
+        return frame_nbytes(len(self.shape), self.n_scales, self.payload_len)
+
+
+def header_nbytes(ndim: int) -> int:
+    """Bytes of a frame header for a tensor of ``ndim`` dimensions: 40 + 8 * ndim."""
+    return _HEADER.size + 8 * ndim
+
+
+def frame_nbytes(ndim: int, n_scales: int, payload_len: int) -> int:
+    """Exact bytes on the wire of one frame."""
+    return header_nbytes(ndim) + 4 * n_scales + payload_len
+
+
+def _check_range(name: str, value: int, hi: int) -> None:
+    if not isinstance(value, int) or not 0 <= value <= hi:
+        raise ValueError(
+            f"frame header field {name} must be an integer in [0, {hi}], got {value!r}"
+        )
+
+
+def write_frame(header: FrameHeader, scales: torch.Tensor, payload: torch.Tensor) -> torch.Tensor:
+    """Serialise one message into a contiguous 1-D uint8 CPU tensor of ``header.nbytes`` bytes."""
+    _check_range("method_id", header.method_id, _U8)
+    _check_range("levels", header.levels, _U16)
+    _check_range("bucket_size", header.bucket_size, _U32)
+    _check_range("ndim", len(header.shape), _U8)
+    if header.dtype not in DTYPES:
+        raise ValueError(f"frame dtype must be one of {DTYPES}, got {header.dtype}")
+    scales = scales.detach().reshape(-1).to("cpu", torch.float32).contiguous()
+    payload = payload.detach().reshape(-1).cpu()
+    if scales.numel() != header.n_scales:
+        raise ValueError(f"header says {header.n_scales} scales, got {scales.numel()}")
+    if payload.dtype != torch.uint8 or payload.numel() != header.payload_len:
+        raise ValueError(
+            f"payload must be {header.payload_len} uint8 bytes for {header.numel} elements "
+            f"in codec {header.codec}, got {payload.numel()} of {payload.dtype}"
+        )
+    fixed = _HEADER.pack(
+        MAGIC,
+        FORMAT_VERSION,
+        0,
+        header.method_id,
+        header.codec.kind_id,
+        DTYPES.index(header.dtype),
+        len(header.shape),
+        header.codec.param,
+        header.levels,
+        header.bucket_size,
+        header.n_scales,
+        header.numel,
+        header.payload_len,
+        0,
+    )
+    head = fixed + struct.pack(f"<{len(header.shape)}Q", *header.shape)
+    out = torch.empty(header.nbytes, dtype=torch.uint8)
+    out[: len(head)] = torch.frombuffer(bytearray(head), dtype=torch.uint8)
+    scales_end = len(head) + 4 * header.n_scales
+    out[len(head) : scales_end] = scales.view(torch.uint8)
+    out[scales_end:] = payload
+    crc = zlib.crc32(memoryview(out.numpy()))
+    out[_CRC_OFFSET : _CRC_OFFSET + 4] = torch.frombuffer(
+        bytearray(struct.pack("<I", crc)), dtype=torch.uint8
+    )
+    return out
+
+
+def _as_bytes_tensor(frame: torch.Tensor | bytes | bytearray | memoryview) -> torch.Tensor:
+    if isinstance(frame, (bytes, bytearray, memoryview)):
+        data = bytearray(frame)
+        return (
+            torch.frombuffer(data, dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+        )
+    if not isinstance(frame, torch.Tensor):
+        raise TypeError(f"a frame is a uint8 tensor or bytes, got {type(frame).__name__}")
+    if frame.dtype != torch.uint8:
+        raise ValueError(f"a frame is a uint8 tensor, got dtype {frame.dtype}")
+    return frame.detach().reshape(-1).cpu().contiguous()
+
+
+def read_frame(
+    frame: torch.Tensor | bytes | bytearray | memoryview,
+) -> tuple[FrameHeader, torch.Tensor, torch.Tensor]:
+    """Parse and validate a frame: ``(header, scales float32, payload uint8)``.
+
+    The payload is a view into ``frame`` (no copy); the scales are a copy. Raises
+    ``ValueError`` naming the problem for anything but an intact frame of this version.
+    """
+    buf = _as_bytes_tensor(frame)
+    n = buf.numel()
+    if n < _HEADER.size:
+        raise ValueError(
+            f"truncated terngrad frame: {n} bytes, a header alone takes {_HEADER.size}"
+        )
+    raw = bytes(buf[: _HEADER.size].numpy())
+    (magic, version, flags, method_id, kind_id, dtype_id, ndim, param, levels, bucket_size,
+     n_scales, numel, payload_len, crc) = _HEADER.unpack(raw)  # fmt: skip
+    if magic != MAGIC:
+        raise ValueError(f"not a terngrad frame: magic {magic!r}, expected {MAGIC!r}")
+    if version != FORMAT_VERSION:
+        raise ValueError(
+            f"terngrad frame version {version} is not supported (this terngrad reads "
+            f"version {FORMAT_VERSION}); encode and decode with the same terngrad release"
+        )
+    if flags:
+        raise ValueError(f"terngrad frame has unknown flags {flags:#04x} (corrupted header?)")
+    expected = frame_nbytes(ndim, n_scales, payload_len)
+    if n != expected:
+        raise ValueError(
+            f"terngrad frame length mismatch: its header describes {expected} bytes, got {n} "
+            "(truncated, padded or corrupted)"
+        )
+    actual = zlib.crc32(raw[:_CRC_OFFSET] + b"\0\0\0\0")
+    actual = zlib.crc32(memoryview(buf.numpy()[_HEADER.size :]), actual)
+    if actual != crc:
+        raise ValueError("terngrad frame checksum mismatch: the frame was corrupted")
+    codec = Codec.from_ids(kind_id, param)
+    if dtype_id >= len(DTYPES):
+        raise ValueError(f"terngrad frame names unknown dtype id {dtype_id}")
+    head_len = header_nbytes(ndim)
+    shape = struct.unpack(f"<{ndim}Q", bytes(buf[_HEADER.size : head_len].numpy()))
+    header = FrameHeader(method_id, codec, DTYPES[dtype_id], shape, levels, bucket_size, n_scales)
+    if header.numel != numel:
+        raise ValueError(f"terngrad frame shape {shape} does not hold numel {numel}")
+    if header.payload_len != payload_len:
+        raise ValueError(
+            f"terngrad frame payload of {payload_len} bytes does not match {numel} elements "
+            f"in codec {codec} ({header.payload_len} bytes)"
+        )
+    scales_end = head_len + 4 * n_scales
+    scales = buf[head_len:scales_end].clone().view(torch.float32)
+    return header, scales, buf[scales_end:]

@@ -1,0 +1,35 @@
+"""The command line: `terngrad demo` runs and reports every quantizer; bad arguments exit 2."""
+
+import subprocess
+import sys
+
+import pytest
+
+from terngrad import quantize
+from terngrad.cli import main
+
+
+def test_demo_prints_every_quantizer(capsys):
+    assert main(["demo", "--numel", "20000", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    for name in quantize.names():
+        assert f"\n{name} " in out
+    rows = out.split("-" * 20)[1].splitlines()
+    tern = next(line for line in rows if line.startswith("terngrad "))
+    bits, ratio = tern.split()[2], tern.split()[3]
+    assert float(bits) < 1.7 and float(ratio.rstrip("x")) > 19  # base-3: 1.6 bits, ~20x fewer
+
+
+@pytest.mark.parametrize("args", [["demo", "--numel", "0"], ["demo", "--numel", "x"], ["fly"], []])
+def test_bad_arguments_exit_2(args, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_console_script_entry_point():
+    result = subprocess.run(
+        [sys.executable, "-m", "terngrad.cli", "--version"], capture_output=True, text=True
+    )
+    assert result.returncode == 0 and result.stdout.startswith("terngrad ")
