@@ -158,14 +158,14 @@ def test_terngrad_nbytes_base3_and_2bit():
     enc = quantize.get("terngrad").encode(g, generator=_gen())
     ideal = 1_000_000 * 1.6 / 8 + 4 * enc.scales.numel()
     assert abs(enc.nbytes - ideal) / ideal < 0.01
-    assert enc.nbytes == 48 + 4 + 200_000  # header, one scale, 5 trits a byte
+    assert enc.nbytes == 52 + 4 + 200_000  # header, one scale, 5 trits a byte
     fp32 = quantize.get("fp32").encode(g).nbytes
     assert fp32 / enc.nbytes >= 19.5
     two_bit = quantize.get("terngrad", packing="2bit").encode(g)
-    assert two_bit.nbytes == 48 + 4 + 250_000
+    assert two_bit.nbytes == 52 + 4 + 250_000
     bucketed = quantize.get("terngrad", bucket_size=4096).encode(g)
     assert bucketed.scales.numel() == math.ceil(1_000_000 / 4096)
-    assert bucketed.nbytes == 48 + 4 * 245 + 200_000
+    assert bucketed.nbytes == 52 + 4 * 245 + 200_000
 
 
 def test_terngrad_values_and_scale():
@@ -219,3 +219,44 @@ def test_imposed_scale():
 def test_fp16_saturates_instead_of_overflowing():
     out = quantize.get("fp16").decode(quantize.get("fp16").encode(torch.tensor([1e6, -1e6, 1.0])))
     assert out.tolist() == [65504.0, -65504.0, 1.0]
+
+
+def test_segments_give_layer_wise_scales():
+    gen = _gen(3)
+    a, b, d = torch.randn(100, generator=gen), 10 * torch.randn(37, generator=gen), torch.ones(5)
+    flat = torch.cat([a, b, d])
+    q = quantize.get("terngrad", clip=None)
+    enc = q.encode(flat, generator=_gen(), segments=[100, 37, 0, 5])
+    assert enc.scales.tolist() == [float(a.abs().max()), float(b.abs().max()), 1.0]
+    assert enc.segments == (100, 37, 0, 5)
+    out = quantize.decode(enc.to_frame())
+    for part, s in zip(out.split([100, 37, 5]), enc.scales.tolist(), strict=True):
+        assert set(part.unique().tolist()) <= {-s, 0.0, s}
+    assert q.local_scales(flat, segments=[100, 37, 0, 5]).tolist() == enc.scales.tolist()
+    bucketed = quantize.get("qsgd", bucket_size=32).encode(flat, segments=[100, 37, 0, 5])
+    assert bucketed.scales.numel() == 4 + 2 + 1
+    with pytest.raises(ValueError, match="segments sum to 141"):
+        q.encode(flat, segments=[100, 41])
+    with pytest.raises(ValueError, match="non-negative integers"):
+        q.encode(flat, segments=[150, -8])
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_method_round_trips_with_segments(name):
+    q = quantize.get(name)
+    flat = torch.randn(3000, generator=_gen())
+    enc = q.encode(flat, generator=_gen(), segments=[1000, 7, 1993])
+    assert torch.equal(quantize.decode(enc.to_frame()), q.decode(enc))
+    assert q.variance(flat, segments=[1000, 7, 1993]) >= 0
+
+
+def test_layout_slices_and_buckets():
+    from terngrad.quantize import Layout
+
+    layout = Layout.of(142, [100, 37, 0, 5], bucket_size=32)
+    assert layout.bucket_lengths.tolist() == [32, 32, 32, 4, 32, 5, 5]
+    assert layout.slice(90, 120) == Layout((10, 20), 32)
+    assert layout.slice(0, 142) == Layout((100, 37, 5), 32)
+    assert layout.slice(5, 5).n_buckets == 0
+    x = torch.arange(142.0)
+    assert torch.equal(torch.cat([r.reshape(-1) for r in layout.rows(x)]), x)

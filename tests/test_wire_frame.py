@@ -11,10 +11,10 @@ from terngrad.wire import Codec, FrameHeader
 BASE3 = Codec.base(3)
 
 
-def _frame(shape=(7, 3), codec=BASE3, n_scales=2):
+def _frame(shape=(7, 3), codec=BASE3, n_scales=2, segments=()):
     header = FrameHeader(
         method_id=2, codec=codec, dtype=torch.float16, shape=shape, levels=3,
-        bucket_size=16, n_scales=n_scales,
+        bucket_size=16, n_scales=n_scales, segments=segments,
     )  # fmt: skip
     numel = header.numel
     digits = torch.randint(0, 3, (numel,), generator=torch.Generator().manual_seed(0))
@@ -25,7 +25,7 @@ def _frame(shape=(7, 3), codec=BASE3, n_scales=2):
 def test_round_trip_and_size():
     header, scales, payload, frame = _frame()
     assert frame.dtype == torch.uint8 and frame.dim() == 1
-    assert frame.numel() == header.nbytes == 40 + 8 * 2 + 4 * 2 + payload.numel()
+    assert frame.numel() == header.nbytes == 44 + 8 * 2 + 4 * 2 + payload.numel()
     got_header, got_scales, got_payload = wire.read_frame(frame)
     assert got_header == header
     assert torch.equal(got_scales, scales) and torch.equal(got_payload, payload)
@@ -33,6 +33,16 @@ def test_round_trip_and_size():
     assert wire.read_frame(bytes(frame.numpy()))[0] == header
     bigger = torch.cat([torch.zeros(3, dtype=torch.uint8), frame])
     assert torch.equal(wire.read_frame(bigger[3:])[1], scales)
+
+
+def test_segments_round_trip():
+    header, scales, payload, frame = _frame(segments=(5, 0, 16))
+    assert frame.numel() == 44 + 8 * 2 + 8 * 3 + 4 * 2 + payload.numel()
+    assert wire.read_frame(frame)[0].segments == (5, 0, 16)
+    from dataclasses import replace
+
+    with pytest.raises(ValueError, match="segment lengths sum to 20"):
+        wire.write_frame(replace(header, segments=(4, 16)), scales, payload)
 
 
 def test_empty_and_scalar_shapes():
@@ -68,9 +78,9 @@ def _rewrite(frame, offset, fmt, value):
     out[offset : offset + struct.calcsize(fmt)] = torch.tensor(
         list(struct.pack(fmt, value)), dtype=torch.uint8
     )
-    out[36:40] = 0
+    out[40:44] = 0
     crc = zlib.crc32(bytes(out.numpy()))
-    out[36:40] = torch.tensor(list(struct.pack("<I", crc)), dtype=torch.uint8)
+    out[40:44] = torch.tensor(list(struct.pack("<I", crc)), dtype=torch.uint8)
     return out
 
 
@@ -87,7 +97,10 @@ def test_specific_messages():
     with pytest.raises(ValueError, match="unknown flags"):
         wire.read_frame(_rewrite(frame, 3, "<B", 1))
     with pytest.raises(ValueError, match="does not hold numel"):
-        wire.read_frame(_rewrite(frame, 20, "<Q", 22))
+        wire.read_frame(_rewrite(frame, 24, "<Q", 22))
+    *_, with_segments = _frame(segments=(5, 16))
+    with pytest.raises(ValueError, match="segments sum to 22"):
+        wire.read_frame(_rewrite(with_segments, 44 + 16 + 8, "<Q", 17))
     with pytest.raises(ValueError, match="checksum"):
         bad = frame.clone()
         bad[-1] ^= 0x10

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from terngrad.quantize import bingrad, identity, linear, orq, qsgd, signsgd, terngrad  # noqa: F401
-from terngrad.quantize.base import Encoded, Quantizer, lookup, registered_names
+from terngrad.quantize.base import Encoded, Layout, Quantizer, lookup, registered_names
 from terngrad.quantize.grid import SymmetricGrid
 from terngrad.quantize.levels import LevelQuantizer
 
@@ -49,6 +49,7 @@ def decode(message: Encoded | torch.Tensor | bytes) -> torch.Tensor:
 
 __all__ = [
     "Encoded",
+    "Layout",
     "LevelQuantizer",
     "Quantizer",
     "SymmetricGrid",

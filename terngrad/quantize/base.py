@@ -12,7 +12,9 @@ import difflib
 import inspect
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, ClassVar
 
 import torch
@@ -31,8 +33,9 @@ class Encoded:
 
     ``scales`` (float32, 1-D) and ``payload`` (uint8, 1-D: the packed digits, or raw floats for
     ``fp32``/``fp16``) travel in one frame with a small header; ``nbytes`` is that frame's exact
-    size. ``levels`` and ``bucket_size`` (0 = one bucket for the whole tensor) are the header's
-    method parameters, so decoding needs nothing but this object.
+    size. ``levels``, ``bucket_size`` (0 = one bucket per segment) and ``segments`` (the layer
+    lengths of a flat buffer; empty = one segment) are the header's method parameters, so
+    decoding needs nothing but this object.
     """
 
     method: str
@@ -43,10 +46,15 @@ class Encoded:
     bucket_size: int
     scales: torch.Tensor
     payload: torch.Tensor
+    segments: tuple[int, ...] = ()
 
     @property
     def numel(self) -> int:
         return math.prod(self.shape)
+
+    @property
+    def layout(self) -> Layout:
+        return Layout.of(self.numel, self.segments or None, self.bucket_size or None)
 
     @property
     def header(self) -> FrameHeader:
@@ -58,6 +66,7 @@ class Encoded:
             levels=self.levels,
             bucket_size=self.bucket_size,
             n_scales=self.scales.numel(),
+            segments=self.segments,
         )
 
     @property
@@ -90,6 +99,7 @@ class Encoded:
             bucket_size=header.bucket_size,
             scales=scales,
             payload=payload,
+            segments=header.segments,
         )
 
 
@@ -144,45 +154,95 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     return value
 
 
-# --------------------------------------------------------------------------- buckets
+# --------------------------------------------------------------------------- layout
 
 
-def n_buckets(numel: int, bucket_size: int | None) -> int:
-    """Buckets of a tensor of ``numel`` elements: ceil(numel / bucket_size); 1 if unbucketed."""
-    if numel == 0:
-        return 0
-    return 1 if not bucket_size else math.ceil(numel / bucket_size)
+@dataclass(frozen=True)
+class Layout:
+    """How a flat gradient is cut into scale groups ("buckets").
 
-
-def bucket_rows(flat: torch.Tensor, bucket_size: int | None) -> list[torch.Tensor]:
-    """Views of ``flat`` as at most two 2-D blocks, one bucket a row.
-
-    The whole buckets form a ``(numel // bucket_size, bucket_size)`` block and a shorter last
-    bucket a ``(1, numel % bucket_size)`` block; concatenating per-row results in order gives
-    per-bucket order, and flattening per-element results gives the original element order.
+    The flat tensor is a run of consecutive ``segments`` (the layers of a flat buffer, or one
+    segment for a single tensor); each segment is cut into buckets of ``bucket_size`` elements,
+    its last bucket shorter (``None``: one bucket per segment). Every bucket gets its own scales,
+    so TernGrad's scales stay layer-wise even when several layers travel in one buffer.
     """
-    n = flat.numel()
-    if n == 0:
-        return []
-    if not bucket_size or bucket_size >= n:
-        return [flat.view(1, n)]
-    full = n - n % bucket_size
-    rows = [flat[:full].view(-1, bucket_size)]
-    if full < n:
-        rows.append(flat[full:].view(1, -1))
-    return rows
 
+    segments: tuple[int, ...]
+    bucket_size: int | None = None
 
-def bucket_reduce(flat: torch.Tensor, bucket_size: int | None, fn: Any) -> torch.Tensor:
-    """``fn`` applied to the rows of each bucket block, concatenated: one result per bucket."""
-    return torch.cat([fn(rows) for rows in bucket_rows(flat, bucket_size)])
+    @classmethod
+    def of(
+        cls, numel: int, segments: Sequence[int] | None = None, bucket_size: int | None = None
+    ) -> Layout:
+        """The layout of a flat tensor of ``numel`` elements; ``segments`` must sum to it."""
+        if segments is None:
+            return cls((numel,), bucket_size)
+        segs = tuple(segments)
+        if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in segs):
+            raise ValueError(f"segments must be non-negative integers, got {list(segs)[:8]}...")
+        if sum(segs) != numel:
+            raise ValueError(f"segments sum to {sum(segs)} elements, the gradient has {numel}")
+        return cls(segs or (0,), bucket_size)
 
+    @property
+    def numel(self) -> int:
+        return sum(self.segments)
 
-def bucket_expand(per_bucket: torch.Tensor, numel: int, bucket_size: int | None) -> torch.Tensor:
-    """Each bucket's value repeated over its elements: a tensor of ``numel`` values."""
-    if not bucket_size:
-        return per_bucket.expand(numel) if per_bucket.numel() else per_bucket.new_empty(numel)
-    return per_bucket.repeat_interleave(bucket_size)[:numel]
+    @cached_property
+    def _blocks(self) -> tuple[tuple[int, int, int], ...]:
+        """``(start, rows, cols)`` of each 2-D block of whole buckets, in bucket order."""
+        out, start = [], 0
+        for n in self.segments:
+            size = self.bucket_size if self.bucket_size and self.bucket_size < n else n
+            if n:
+                full = n - n % size
+                out.append((start, full // size, size))
+                if full < n:
+                    out.append((start + full, 1, n - full))
+            start += n
+        return tuple(out)
+
+    @property
+    def n_buckets(self) -> int:
+        return sum(rows for _, rows, _ in self._blocks)
+
+    @cached_property
+    def bucket_lengths(self) -> torch.Tensor:
+        """Elements of each bucket (int64)."""
+        return torch.tensor(
+            [cols for _, rows, cols in self._blocks for _ in range(rows)], dtype=torch.int64
+        )
+
+    def rows(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """Views of ``flat`` as 2-D blocks, one bucket a row; per-row results concatenated in
+        order are in bucket order, and flattened per-element results are in element order."""
+        return [flat[s : s + r * c].view(r, c) for s, r, c in self._blocks]
+
+    def reduce(self, flat: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]):
+        """``fn`` over the rows of every block, concatenated: one result per bucket."""
+        return torch.cat([fn(rows) for rows in self.rows(flat)])
+
+    def expand(self, per_bucket: torch.Tensor) -> torch.Tensor:
+        """Each bucket's value repeated over its elements."""
+        if self.n_buckets == 1:
+            return per_bucket.expand(self.numel)
+        return per_bucket.repeat_interleave(self.bucket_lengths.to(per_bucket.device))
+
+    def slice(self, start: int, stop: int) -> Layout:
+        """The layout of ``flat[start:stop]``: the segments cut at the ends, buckets restarting
+        at the new start."""
+        segs, offset = [], 0
+        for n in self.segments:
+            lo, hi = max(offset, start), min(offset + n, stop)
+            if hi > lo:
+                segs.append(hi - lo)
+            offset += n
+        return Layout(tuple(segs) or (0,), self.bucket_size)
+
+    @property
+    def wire_segments(self) -> tuple[int, ...]:
+        """The segments as a frame records them: empty for a single segment."""
+        return self.segments if len(self.segments) > 1 else ()
 
 
 def stochastic_round(t: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
@@ -261,23 +321,18 @@ class Quantizer(ABC):
         grad: torch.Tensor,
         generator: torch.Generator | None = None,
         scale: float | torch.Tensor | None = None,
+        segments: Sequence[int] | None = None,
     ) -> Encoded:
         """Quantize ``grad`` (any shape, floating point, finite) into one wire message.
 
         ``generator`` supplies the random draws of stochastic rounding (the global RNG if
         ``None``); ``scale`` imposes the scale of each bucket (a number or one value per
-        bucket) where the method supports it.
+        bucket) where the method supports it; ``segments`` gives the lengths of the layers
+        packed one after another in a flat ``grad``, so that each gets its own scales.
         """
         flat = check_gradient(grad)
-        scale_t = self._check_scale(scale, flat)
-        if self.stochastic and flat.numel():
-            uniform = torch.rand(flat.numel(), generator=generator, device=flat.device)
-        else:
-            uniform = None
-        if flat.numel():
-            scales, values = self._quantize(flat, uniform, scale_t)
-        else:
-            scales, values = flat.new_empty(0), flat.new_empty(0, dtype=torch.int64)
+        layout = Layout.of(flat.numel(), segments, self.bucket_size)
+        scales, values = self.quantize(flat, layout, generator, scale)
         return Encoded(
             method=self.name,
             shape=tuple(grad.shape),
@@ -285,8 +340,9 @@ class Quantizer(ABC):
             codec=self.codec,
             levels=self.levels,
             bucket_size=self.bucket_size or 0,
-            scales=scales.to(torch.float32).reshape(-1),
+            scales=scales,
             payload=self.codec.pack(values),
+            segments=layout.wire_segments,
         )
 
     def decode(self, encoded: Encoded) -> torch.Tensor:
@@ -299,52 +355,92 @@ class Quantizer(ABC):
                 f"quantize.get({encoded.method!r}) or quantize.decode()"
             )
         self._check_message_levels(encoded.levels)
-        numel = encoded.numel
-        expected = n_buckets(numel, encoded.bucket_size) * self._scales_per_bucket(encoded.levels)
+        layout = encoded.layout
+        expected = layout.n_buckets * self._scales_per_bucket(encoded.levels)
         if encoded.scales.numel() != expected:
             raise ValueError(
-                f"{self.name} message of {numel} elements in buckets of "
-                f"{encoded.bucket_size or 'the whole tensor'} needs {expected} scales, "
-                f"got {encoded.scales.numel()}"
+                f"{self.name} message of {layout.numel} elements in {layout.n_buckets} buckets "
+                f"needs {expected} scales, got {encoded.scales.numel()}"
             )
-        values = encoded.codec.unpack(encoded.payload, numel)
-        if not encoded.codec.is_float and numel and int(values.max()) >= encoded.levels:
+        values = encoded.codec.unpack(encoded.payload, layout.numel)
+        if not encoded.codec.is_float and layout.numel and int(values.max()) >= encoded.levels:
             raise ValueError(
                 f"{self.name} message has a digit {int(values.max())} beyond its "
                 f"{encoded.levels} levels (corrupted payload)"
             )
-        if numel == 0:
-            return torch.zeros(encoded.shape)
-        scales = encoded.scales.to(torch.float32)
-        return self._dequantize(encoded, scales, values).reshape(encoded.shape)
+        flat = self.dequantize(encoded.scales, values, layout, encoded.levels)
+        return flat.reshape(encoded.shape)
 
-    def variance(self, grad: torch.Tensor, scale: float | torch.Tensor | None = None) -> float:
+    def quantize(
+        self,
+        flat: torch.Tensor,
+        layout: Layout,
+        generator: torch.Generator | None = None,
+        scale: float | torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The unpacked form of :meth:`encode`, for the exchange algorithms: the float32 scales
+        (one or more per bucket of ``layout``) and one value per element of the flat, finite
+        float32 ``flat`` (a digit for :attr:`codec`, or a float for fp32/fp16). The random draws
+        are ``torch.rand(flat.numel(), generator=generator)``, one per element in order."""
+        scale_t = self._check_scale(scale, layout, flat.device)
+        if not flat.numel():
+            return flat.new_empty(0), flat.new_empty(0, dtype=torch.int64)
+        uniform = (
+            torch.rand(flat.numel(), generator=generator, device=flat.device)
+            if self.stochastic
+            else None
+        )
+        scales, values = self._quantize(flat, layout, uniform, scale_t)
+        return scales.to(torch.float32).reshape(-1), values
+
+    def dequantize(
+        self, scales: torch.Tensor, values: torch.Tensor, layout: Layout, levels: int
+    ) -> torch.Tensor:
+        """Inverse of :meth:`quantize`: the flat float32 values."""
+        if not layout.numel:
+            return torch.zeros(0)
+        return self._dequantize(scales.to(torch.float32), values, layout, levels)
+
+    def variance(
+        self,
+        grad: torch.Tensor,
+        scale: float | torch.Tensor | None = None,
+        segments: Sequence[int] | None = None,
+    ) -> float:
         """Exact ``E||decode(encode(g)) - g||^2`` over the random draws (no sampling).
 
         For unbiased methods this is the variance; for biased ones it includes the squared
         bias (clipping, clamping, deterministic rounding).
         """
         flat = check_gradient(grad)
+        layout = Layout.of(flat.numel(), segments, self.bucket_size)
+        scale_t = self._check_scale(scale, layout, flat.device)
         if not flat.numel():
             return 0.0
-        return float(self._expected_sq_error(flat, self._check_scale(scale, flat)))
+        return float(self._expected_sq_error(flat, layout, scale_t))
 
     # --- what each method implements
 
     @abstractmethod
     def _quantize(
-        self, flat: torch.Tensor, uniform: torch.Tensor | None, scale: torch.Tensor | None
+        self,
+        flat: torch.Tensor,
+        layout: Layout,
+        uniform: torch.Tensor | None,
+        scale: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(scales, values)`` for a non-empty flat float32 gradient: what ``codec`` packs."""
 
     @abstractmethod
     def _dequantize(
-        self, encoded: Encoded, scales: torch.Tensor, values: torch.Tensor
+        self, scales: torch.Tensor, values: torch.Tensor, layout: Layout, levels: int
     ) -> torch.Tensor:
-        """The flat float32 values from the message's scales and unpacked values."""
+        """The flat float32 values from a message's scales and unpacked values."""
 
     @abstractmethod
-    def _expected_sq_error(self, flat: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+    def _expected_sq_error(
+        self, flat: torch.Tensor, layout: Layout, scale: torch.Tensor | None
+    ) -> torch.Tensor:
         """Exact ``E||Q(g) - g||^2`` for a non-empty flat float32 gradient."""
 
     def _scales_per_bucket(self, levels: int) -> int:
@@ -357,7 +453,7 @@ class Quantizer(ABC):
             raise ValueError(f"{self.name} message needs at least 2 levels, got {levels}")
 
     def _check_scale(
-        self, scale: float | torch.Tensor | None, flat: torch.Tensor
+        self, scale: float | torch.Tensor | None, layout: Layout, device: torch.device
     ) -> torch.Tensor | None:
         """An imposed scale as one float32 value per bucket, or ``None``."""
         if scale is None:
@@ -367,8 +463,8 @@ class Quantizer(ABC):
                 f"{self.name} chooses its own levels per bucket and takes no imposed scale; "
                 "pass scale=None"
             )
-        count = n_buckets(flat.numel(), self.bucket_size)
-        s = torch.as_tensor(scale, dtype=torch.float32, device=flat.device).reshape(-1)
+        count = layout.n_buckets
+        s = torch.as_tensor(scale, dtype=torch.float32, device=device).reshape(-1)
         if s.numel() == 1 and count != 1:
             s = s.expand(count)
         if s.numel() != count:

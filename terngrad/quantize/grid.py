@@ -7,7 +7,9 @@ scale ``s`` per bucket, by unbiased random rounding of the magnitude (sign kept)
 
 so ``E[s j_k / m] = y_k`` for ``|y_k| <= s``; a magnitude above an imposed ``s`` saturates at
 ``s``. The digit on the wire is ``j + m``. Because the grid is symmetric and fixed by ``s``,
-workers that share ``s`` (scalar sharing) produce codes whose sum is an exact integer.
+workers that share ``s`` (scalar sharing) produce codes whose sum over N workers is an exact
+integer in ``[-N m, N m]``, and ``s * sum / (N m)`` (:meth:`SymmetricGrid.decode_codes`) is
+exactly the mean of their quantized gradients.
 
 Per element, the rounding variance is ``(s/m)^2 f (1 - f)`` with ``f = t - floor(t)``; for
 TernGrad (m = 1) this sums to ``s ||y||_1 - ||y||_2^2``.
@@ -15,17 +17,19 @@ TernGrad (m = 1) this sums to ``s ||y||_1 - ||y||_2^2``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
-from terngrad.quantize.base import (
-    Encoded,
-    Quantizer,
-    bucket_expand,
-    bucket_reduce,
-    check_gradient,
-    stochastic_round,
-)
+from terngrad.quantize.base import Layout, Quantizer, stochastic_round
 from terngrad.wire import Codec
+
+
+def _grid_values(
+    scales: torch.Tensor, codes: torch.Tensor, layout: Layout, divisor: int
+) -> torch.Tensor:
+    """``codes * s / divisor`` per element, in float32 (the one formula every decode uses)."""
+    return codes.to(torch.float32) * layout.expand(scales) / divisor
 
 
 class SymmetricGrid(Quantizer):
@@ -43,45 +47,56 @@ class SymmetricGrid(Quantizer):
     def codec(self) -> Codec:
         return Codec.base(self.levels)
 
-    def local_scales(self, grad: torch.Tensor) -> torch.Tensor:
+    def local_scales(self, grad: torch.Tensor, segments: Sequence[int] | None = None):
         """This worker's scale per bucket (float32, 1-D), before any sharing.
 
-        Scalar sharing all-reduces these with MAX and passes the result as ``scale=``.
+        Scalar sharing all-reduces these with MAX and passes the result as ``scale=``. Unlike
+        ``encode``, a NaN or Inf in ``grad`` is not an error here: it makes its bucket's scale
+        NaN or Inf, which the exchange sees after the all-reduce, on every rank at once.
         """
-        flat = check_gradient(grad)
+        if not isinstance(grad, torch.Tensor) or not grad.dtype.is_floating_point:
+            raise ValueError("local_scales takes a floating-point tensor")
+        flat = grad.detach().reshape(-1).to(torch.float32)
+        layout = Layout.of(flat.numel(), segments, self.bucket_size)
         if not flat.numel():
             return flat.new_empty(0)
-        return self._scales(self._prepare(flat))
+        return self._scales(self._prepare(flat, layout), layout)
 
-    def _prepare(self, flat: torch.Tensor) -> torch.Tensor:
+    def decode_codes(
+        self, scales: torch.Tensor, codes: torch.Tensor, layout: Layout, count: int = 1
+    ) -> torch.Tensor:
+        """The mean of ``count`` workers' quantized gradients from the sum of their signed
+        codes (shared scales): ``s * sum / (count * m)``, float32."""
+        return _grid_values(scales, codes, layout, count * self.m)
+
+    def _prepare(self, flat: torch.Tensor, layout: Layout) -> torch.Tensor:
         """The values to be rounded (TernGrad clips here); identity by default."""
         return flat
 
-    def _scales(self, y: torch.Tensor) -> torch.Tensor:
+    def _scales(self, y: torch.Tensor, layout: Layout) -> torch.Tensor:
         """Per-bucket scale of the prepared values."""
         raise NotImplementedError
 
-    def _grid_position(self, flat: torch.Tensor, scale: torch.Tensor | None):
+    def _grid_position(self, flat: torch.Tensor, layout: Layout, scale: torch.Tensor | None):
         """``(y, s, t)``: prepared values, per-bucket scales, and ``t = m |y| / s`` in [0, m]."""
-        y = self._prepare(flat)
-        s = self._scales(y) if scale is None else scale
-        s_el = bucket_expand(s, y.numel(), self.bucket_size)
+        y = self._prepare(flat, layout)
+        s = self._scales(y, layout) if scale is None else scale
+        s_el = layout.expand(s)
         t = torch.where(s_el > 0, y.abs() * self.m / s_el, 0.0).clamp(max=self.m)
         return y, s, t
 
-    def _quantize(self, flat, uniform, scale):
-        y, s, t = self._grid_position(flat, scale)
+    def _quantize(self, flat, layout, uniform, scale):
+        y, s, t = self._grid_position(flat, layout, scale)
         codes = torch.sign(y) * stochastic_round(t, uniform)
         return s, codes.to(torch.int64) + self.m
 
-    def _dequantize(self, encoded: Encoded, scales, values):
-        m = (encoded.levels - 1) // 2
-        s_el = bucket_expand(scales, encoded.numel, encoded.bucket_size)
-        return (values.to(torch.float32) - m) * s_el / m
+    def _dequantize(self, scales, values, layout, levels):
+        m = (levels - 1) // 2
+        return _grid_values(scales, values.to(torch.int64) - m, layout, m)
 
-    def _expected_sq_error(self, flat, scale):
-        y, s, t = self._grid_position(flat, scale)
-        s_el = bucket_expand(s, y.numel(), self.bucket_size).double()
+    def _expected_sq_error(self, flat, layout, scale):
+        y, s, t = self._grid_position(flat, layout, scale)
+        s_el = layout.expand(s).double()
         frac = (t - t.floor()).double()
         rounding = (s_el / self.m).square() * frac * (1 - frac)
         saturated = torch.sign(y).double() * torch.minimum(y.abs().double(), s_el)
@@ -94,6 +109,6 @@ class SymmetricGrid(Quantizer):
             )
 
 
-def bucket_max_abs(y: torch.Tensor, bucket_size: int | None) -> torch.Tensor:
+def bucket_max_abs(y: torch.Tensor, layout: Layout) -> torch.Tensor:
     """``max_k |y_k|`` per bucket."""
-    return bucket_reduce(y, bucket_size, lambda rows: rows.abs().amax(1))
+    return layout.reduce(y, lambda rows: rows.abs().amax(1))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from terngrad.quantize.base import Encoded, Quantizer
+from terngrad.quantize.base import Quantizer
 from terngrad.wire import Codec
 
 FP16_MAX = 65504.0
@@ -24,13 +24,13 @@ class FP32(Quantizer, name="fp32", method_id=0):
     def __init__(self) -> None:
         """No options."""
 
-    def _quantize(self, flat, uniform, scale):
+    def _quantize(self, flat, layout, uniform, scale):
         return flat.new_empty(0), flat
 
-    def _dequantize(self, encoded: Encoded, scales, values):
-        return values
+    def _dequantize(self, scales, values, layout, levels):
+        return values.to(torch.float32)
 
-    def _expected_sq_error(self, flat, scale):
+    def _expected_sq_error(self, flat, layout, scale):
         return torch.zeros((), dtype=torch.float64)
 
     def _scales_per_bucket(self, levels: int) -> int:
@@ -51,12 +51,9 @@ class FP16(FP32, name="fp16", method_id=1):
     unbiased = False
     codec = Codec.raw16()
 
-    def _quantize(self, flat, uniform, scale):
+    def _quantize(self, flat, layout, uniform, scale):
         return flat.new_empty(0), flat.clamp(-FP16_MAX, FP16_MAX).half()
 
-    def _dequantize(self, encoded: Encoded, scales, values):
-        return values.float()
-
-    def _expected_sq_error(self, flat, scale):
+    def _expected_sq_error(self, flat, layout, scale):
         cast = flat.clamp(-FP16_MAX, FP16_MAX).half().float()
         return (cast.double() - flat.double()).square().sum()

@@ -22,7 +22,7 @@ from typing import ClassVar
 
 import torch
 
-from terngrad.quantize.base import Encoded, Quantizer, bucket_rows
+from terngrad.quantize.base import Layout, Quantizer
 from terngrad.wire import Codec
 
 
@@ -47,9 +47,9 @@ class LevelQuantizer(Quantizer):
     def _levels(self, scales: torch.Tensor, levels: int) -> torch.Tensor:
         """Sorted levels ``(rows, levels)`` from float32 scales ``(rows, k)``."""
 
-    def _bucket_levels(self, flat: torch.Tensor):
+    def _bucket_levels(self, flat: torch.Tensor, layout: Layout):
         """Per bucket block: ``(rows, float32 scales, levels)``."""
-        for rows in bucket_rows(flat, self.bucket_size):
+        for rows in layout.rows(flat):
             scales = self._fit(rows).to(torch.float32)
             yield rows, scales, self._levels(scales, self.levels)
 
@@ -71,26 +71,26 @@ class LevelQuantizer(Quantizer):
         p = torch.where(width > 0, (y - lo) / width, 0.0)
         return idx + (uniform < p)
 
-    def _quantize(self, flat, uniform, scale):
+    def _quantize(self, flat, layout, uniform, scale):
         scales, digits = [], []
-        u_rows = bucket_rows(uniform, self.bucket_size) if uniform is not None else None
-        for i, (rows, sc, lv) in enumerate(self._bucket_levels(flat)):
+        u_rows = layout.rows(uniform) if uniform is not None else None
+        for i, (rows, sc, lv) in enumerate(self._bucket_levels(flat, layout)):
             digits.append(self._round_rows(rows, lv, None if u_rows is None else u_rows[i]))
             scales.append(sc.reshape(-1))
         return torch.cat(scales), torch.cat([d.reshape(-1) for d in digits])
 
-    def _dequantize(self, encoded: Encoded, scales, values):
-        k = self._scales_per_bucket(encoded.levels)
+    def _dequantize(self, scales, values, layout, levels):
+        k = self._scales_per_bucket(levels)
         out, start = [], 0
-        for rows in bucket_rows(values, encoded.bucket_size):
+        for rows in layout.rows(values):
             sc = scales[start : start + rows.shape[0] * k].view(rows.shape[0], k)
             start += rows.shape[0] * k
-            out.append(self._levels(sc, encoded.levels).gather(1, rows.long()).reshape(-1))
+            out.append(self._levels(sc, levels).gather(1, rows.long()).reshape(-1))
         return torch.cat(out)
 
-    def _expected_sq_error(self, flat, scale):
+    def _expected_sq_error(self, flat, layout, scale):
         total = torch.zeros((), dtype=torch.float64)
-        for rows, _, lv in self._bucket_levels(flat):
+        for rows, _, lv in self._bucket_levels(flat, layout):
             if self.rounding == "nearest":
                 q = lv.gather(1, self._round_rows(rows, lv, None))
                 total += (q.double() - rows.double()).square().sum()

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from terngrad.quantize.base import bucket_expand, bucket_reduce, check_bucket_size, check_choice
+from terngrad.quantize.base import Layout, check_bucket_size, check_choice
 from terngrad.quantize.grid import SymmetricGrid, bucket_max_abs
 from terngrad.wire import Codec
 
@@ -51,13 +51,13 @@ class TernGrad(SymmetricGrid, name="terngrad", method_id=2):
     def codec(self) -> Codec:
         return Codec.base(3) if self.packing == "base3" else Codec.nbit(2)
 
-    def _prepare(self, flat: torch.Tensor) -> torch.Tensor:
+    def _prepare(self, flat: torch.Tensor, layout: Layout) -> torch.Tensor:
         if self.clip is None:
             return flat
-        sigma = bucket_reduce(flat, self.bucket_size, lambda rows: rows.std(1, correction=0))
-        bound = bucket_expand(self.clip * sigma, flat.numel(), self.bucket_size)
+        sigma = layout.reduce(flat, lambda rows: rows.std(1, correction=0))
+        bound = layout.expand(self.clip * sigma)
         clipped = torch.sign(flat) * torch.minimum(flat.abs(), bound)
         return torch.where(bound > 0, clipped, flat)
 
-    def _scales(self, y: torch.Tensor) -> torch.Tensor:
-        return bucket_max_abs(y, self.bucket_size)
+    def _scales(self, y: torch.Tensor, layout: Layout) -> torch.Tensor:
+        return bucket_max_abs(y, layout)

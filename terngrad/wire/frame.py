@@ -13,20 +13,22 @@ own. Layout (all integers little-endian; version 1)::
     7       1     ndim
     8       2     codec param (bits per digit, or the base)
     10      2     levels (number of distinct values; method-specific, 0 if none)
-    12      4     bucket size (elements per scale group; 0 = the whole tensor)
+    12      4     bucket size (elements per scale group; 0 = the whole segment)
     16      4     number of float32 scales
-    20      8     numel
-    28      8     payload length in bytes
-    36      4     CRC-32 of the whole frame, computed with this field zeroed
-    40      8*n   shape, one uint64 per dimension
+    20      4     number of segments (0 = the whole tensor is one segment)
+    24      8     numel
+    32      8     payload length in bytes
+    40      4     CRC-32 of the whole frame, computed with this field zeroed
+    44      8*n   shape, one uint64 per dimension
+    ...     8*g   segment lengths (layers of a flat buffer), one uint64 each, summing to numel
     ...     4*s   scales, float32
     ...     p     payload
 
-The header is 40 + 8*ndim bytes (48 for a flat gradient), a multiple of 8, so the scales start
-4-byte aligned. :func:`read_frame` rejects, with a ``ValueError`` that says what is wrong, any
-frame that is truncated or padded, has another magic or version, names an unknown codec or
-dtype, has a shape that disagrees with numel or a payload length that disagrees with the codec,
-or fails its checksum: a damaged frame never decodes to a wrong tensor.
+The header is 44 + 8*ndim + 8*segments bytes (52 for a flat gradient), a multiple of 4, so the
+scales start 4-byte aligned. :func:`read_frame` rejects, with a ``ValueError`` that says what is
+wrong, any frame that is truncated or padded, has another magic or version, names an unknown
+codec or dtype, has a shape or segments that disagree with numel or a payload length that
+disagrees with the codec, or fails its checksum: a damaged frame never decodes to a wrong tensor.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ from terngrad.wire.codec import Codec
 MAGIC = b"TG"
 FORMAT_VERSION = 1
 
-_HEADER = struct.Struct("<2sBBBBBBHHIIQQI")
-_CRC_OFFSET = 36
+_HEADER = struct.Struct("<2sBBBBBBHHIIIQQI")
+_CRC_OFFSET = 40
 DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 _U8, _U16, _U32 = 0xFF, 0xFFFF, 0xFFFF_FFFF
@@ -61,6 +63,7 @@ class FrameHeader:
     levels: int
     bucket_size: int
     n_scales: int
+    segments: tuple[int, ...] = ()
 
     @property
     def numel(self) -> int:
@@ -73,17 +76,17 @@ class FrameHeader:
     @property
     def nbytes(self) -> int:
         """Bytes of the whole frame: header + scales + payload."""
-        return frame_nbytes(len(self.shape), self.n_scales, self.payload_len)
+        return frame_nbytes(len(self.shape), self.n_scales, self.payload_len, len(self.segments))
 
 
-def header_nbytes(ndim: int) -> int:
-    """Bytes of a frame header for a tensor of ``ndim`` dimensions: 40 + 8 * ndim."""
-    return _HEADER.size + 8 * ndim
+def header_nbytes(ndim: int, n_segments: int = 0) -> int:
+    """Bytes of a frame header: 44 + 8 * ndim + 8 * n_segments."""
+    return _HEADER.size + 8 * ndim + 8 * n_segments
 
 
-def frame_nbytes(ndim: int, n_scales: int, payload_len: int) -> int:
+def frame_nbytes(ndim: int, n_scales: int, payload_len: int, n_segments: int = 0) -> int:
     """Exact bytes on the wire of one frame."""
-    return header_nbytes(ndim) + 4 * n_scales + payload_len
+    return header_nbytes(ndim, n_segments) + 4 * n_scales + payload_len
 
 
 def _check_range(name: str, value: int, hi: int) -> None:
@@ -99,6 +102,11 @@ def write_frame(header: FrameHeader, scales: torch.Tensor, payload: torch.Tensor
     _check_range("levels", header.levels, _U16)
     _check_range("bucket_size", header.bucket_size, _U32)
     _check_range("ndim", len(header.shape), _U8)
+    _check_range("segments", len(header.segments), _U32)
+    if header.segments and sum(header.segments) != header.numel:
+        raise ValueError(
+            f"segment lengths sum to {sum(header.segments)}, the tensor has {header.numel}"
+        )
     if header.dtype not in DTYPES:
         raise ValueError(f"frame dtype must be one of {DTYPES}, got {header.dtype}")
     scales = scales.detach().reshape(-1).to("cpu", torch.float32).contiguous()
@@ -122,11 +130,13 @@ def write_frame(header: FrameHeader, scales: torch.Tensor, payload: torch.Tensor
         header.levels,
         header.bucket_size,
         header.n_scales,
+        len(header.segments),
         header.numel,
         header.payload_len,
         0,
     )
-    head = fixed + struct.pack(f"<{len(header.shape)}Q", *header.shape)
+    dims = (*header.shape, *header.segments)
+    head = fixed + struct.pack(f"<{len(dims)}Q", *dims)
     out = torch.empty(header.nbytes, dtype=torch.uint8)
     out[: len(head)] = torch.frombuffer(bytearray(head), dtype=torch.uint8)
     scales_end = len(head) + 4 * header.n_scales
@@ -168,7 +178,7 @@ def read_frame(
         )
     raw = bytes(buf[: _HEADER.size].numpy())
     (magic, version, flags, method_id, kind_id, dtype_id, ndim, param, levels, bucket_size,
-     n_scales, numel, payload_len, crc) = _HEADER.unpack(raw)  # fmt: skip
+     n_scales, n_segments, numel, payload_len, crc) = _HEADER.unpack(raw)  # fmt: skip
     if magic != MAGIC:
         raise ValueError(f"not a terngrad frame: magic {magic!r}, expected {MAGIC!r}")
     if version != FORMAT_VERSION:
@@ -178,7 +188,7 @@ def read_frame(
         )
     if flags:
         raise ValueError(f"terngrad frame has unknown flags {flags:#04x} (corrupted header?)")
-    expected = frame_nbytes(ndim, n_scales, payload_len)
+    expected = frame_nbytes(ndim, n_scales, payload_len, n_segments)
     if n != expected:
         raise ValueError(
             f"terngrad frame length mismatch: its header describes {expected} bytes, got {n} "
@@ -191,11 +201,16 @@ def read_frame(
     codec = Codec.from_ids(kind_id, param)
     if dtype_id >= len(DTYPES):
         raise ValueError(f"terngrad frame names unknown dtype id {dtype_id}")
-    head_len = header_nbytes(ndim)
-    shape = struct.unpack(f"<{ndim}Q", bytes(buf[_HEADER.size : head_len].numpy()))
-    header = FrameHeader(method_id, codec, DTYPES[dtype_id], shape, levels, bucket_size, n_scales)
+    head_len = header_nbytes(ndim, n_segments)
+    dims = struct.unpack(f"<{ndim + n_segments}Q", bytes(buf[_HEADER.size : head_len].numpy()))
+    shape, segments = dims[:ndim], dims[ndim:]
+    header = FrameHeader(
+        method_id, codec, DTYPES[dtype_id], shape, levels, bucket_size, n_scales, segments
+    )
     if header.numel != numel:
         raise ValueError(f"terngrad frame shape {shape} does not hold numel {numel}")
+    if segments and sum(segments) != numel:
+        raise ValueError(f"terngrad frame segments sum to {sum(segments)}, not numel {numel}")
     if header.payload_len != payload_len:
         raise ValueError(
             f"terngrad frame payload of {payload_len} bytes does not match {numel} elements "
