@@ -260,3 +260,11 @@ def test_layout_slices_and_buckets():
     assert layout.slice(5, 5).n_buckets == 0
     x = torch.arange(142.0)
     assert torch.equal(torch.cat([r.reshape(-1) for r in layout.rows(x)]), x)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_message_nbytes_predicts_encode(name):
+    q = quantize.get(name)
+    for numel, segments in [(0, None), (1, None), (999, None), (3000, [1000, 7, 0, 1993])]:
+        enc = q.encode(torch.randn(numel, generator=_gen()), segments=segments)
+        assert q.message_nbytes(numel, segments) == enc.nbytes == enc.to_frame().numel()

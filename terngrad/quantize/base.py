@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from terngrad.wire import Codec, FrameHeader, read_frame, write_frame
+from terngrad.wire import Codec, FrameHeader, frame_nbytes, read_frame, write_frame
 
 _REGISTRY: dict[str, type[Quantizer]] = {}
 
@@ -344,6 +344,13 @@ class Quantizer(ABC):
             payload=self.codec.pack(values),
             segments=layout.wire_segments,
         )
+
+    def message_nbytes(self, numel: int, segments: Sequence[int] | None = None) -> int:
+        """Exact bytes of the frame ``encode`` makes of a flat (1-D) gradient of ``numel``
+        elements in ``segments``, without encoding anything."""
+        layout = Layout.of(numel, segments, self.bucket_size)
+        n_scales = layout.n_buckets * self._scales_per_bucket(self.levels)
+        return frame_nbytes(1, n_scales, self.codec.nbytes(numel), len(layout.wire_segments))
 
     def decode(self, encoded: Encoded) -> torch.Tensor:
         """The float32 tensor ``encoded`` stands for, in the original shape."""

@@ -1,0 +1,41 @@
+"""The distributed layer: exchange algorithms, counted collectives, error feedback, and the
+DDP communication hook (public entry point: :mod:`terngrad.ddp`)."""
+
+from terngrad.comm.exchange import (
+    AGGREGATES,
+    TOPOLOGIES,
+    AllGatherExchange,
+    Exchange,
+    ExchangeMismatch,
+    ParameterServerExchange,
+    Result,
+    ShardedExchange,
+    make_exchange,
+    shard_bounds,
+)
+from terngrad.comm.hook import HookState, Stats, last_layer_names, rank_seed, register
+from terngrad.comm.link import ByteCounter, Link
+from terngrad.comm.memory import ErrorFeedback
+from terngrad.comm.synchronizer import Synchronizer
+
+__all__ = [
+    "AGGREGATES",
+    "TOPOLOGIES",
+    "AllGatherExchange",
+    "ByteCounter",
+    "ErrorFeedback",
+    "Exchange",
+    "ExchangeMismatch",
+    "HookState",
+    "Link",
+    "ParameterServerExchange",
+    "Result",
+    "ShardedExchange",
+    "Stats",
+    "Synchronizer",
+    "last_layer_names",
+    "make_exchange",
+    "rank_seed",
+    "register",
+    "shard_bounds",
+]

@@ -1,0 +1,359 @@
+"""The exchange algorithms: the mean of a flat gradient over all ranks, through quantized bytes.
+
+Every rank calls :meth:`Exchange.reduce` with its own gradient and the same layout; every rank
+gets the same result, bit for bit. How the messages are combined depends on the quantizer:
+
+* **Shared grid** (``terngrad``, ``qsgd``): scalar sharing first — one all-reduce (MAX) of the
+  per-bucket scales — so every rank rounds onto the same grid ``s * j / m``. Codes are integers
+  in ``[-m, m]``; the sum over N ranks is an integer in ``[-N m, N m]``, exact, and travels in
+  base ``2 N m + 1``; the mean is ``s * sum / (N m)`` (TernGrad: ``s * sum / N``). Nothing is
+  re-quantized, so the second phase adds no error.
+* **Messages** (every other method): each rank's message is decoded to floats and averaged in
+  rank order. Where the average must travel on (``sharded``, ``ps``), it is re-quantized with
+  the same quantizer plus server-side error feedback (``aggregate="requantize"``), or sent as
+  fp16 (``aggregate="fp16"``); the rank that did this uses the decoded message itself, like every
+  other rank, so replicas stay bitwise identical.
+
+Topologies (N ranks, d elements):
+
+* ``sharded``: the gradient is cut into N shards; all-to-all sends shard k of every rank to rank
+  k, which aggregates it; all-gather returns the N aggregated shards to everyone.
+* ``ps``: rank 0 gathers every rank's message, aggregates, and broadcasts the result (the
+  TernGrad paper's parameter server).
+* ``allgather``: every rank gathers every rank's message and aggregates locally.
+
+A rank whose gradient holds a NaN or Inf is detected by every rank at the first collective
+(the shared MAX of the scales propagates it; the message path all-reduces a flag); then
+nothing is averaged and every rank gets ``Result(None, None)``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.distributed as dist
+
+from terngrad import quantize
+from terngrad.comm.link import Link
+from terngrad.quantize import Encoded, Layout, Quantizer, SymmetricGrid
+from terngrad.wire import Codec, FrameHeader, frame_nbytes, read_frame, write_frame
+
+AGGREGATES = ("requantize", "fp16")
+
+
+class ExchangeMismatch(RuntimeError):
+    """A rank received a message that does not fit its own configuration."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """``mean``: the averaged gradient (``None`` if some rank's gradient was not finite);
+    ``own``: what this rank's own message decodes to (for worker-side error feedback)."""
+
+    mean: torch.Tensor | None
+    own: torch.Tensor | None
+
+
+def shard_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous shards of ``numel`` elements, sizes differing by at most one."""
+    base, extra = divmod(numel, parts)
+    bounds, start = [], 0
+    for k in range(parts):
+        stop = start + base + (k < extra)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+# --------------------------------------------------------------------------- code frames
+
+
+def _codes_codec(count: int, m: int) -> Codec:
+    return Codec.base(2 * count * m + 1)
+
+
+def codes_frame(method_id: int, codes: torch.Tensor, count: int, m: int) -> torch.Tensor:
+    """A frame of signed grid codes summed over ``count`` ranks (in ``[-count m, count m]``)."""
+    codec = _codes_codec(count, m)
+    header = FrameHeader(
+        method_id=method_id,
+        codec=codec,
+        dtype=torch.float32,
+        shape=(codes.numel(),),
+        levels=codec.param,
+        bucket_size=0,
+        n_scales=0,
+    )
+    return write_frame(header, torch.empty(0), codec.pack(codes + count * m))
+
+
+def codes_frame_nbytes(numel: int, count: int, m: int) -> int:
+    return frame_nbytes(1, 0, _codes_codec(count, m).nbytes(numel))
+
+
+def read_codes(frame: torch.Tensor, method_id: int, numel: int, count: int, m: int, sender: int):
+    """The signed codes in ``frame``; :class:`ExchangeMismatch` if it is not what was expected."""
+    header, _, payload = read_frame(frame)
+    levels = 2 * count * m + 1
+    if (header.method_id, header.levels, header.numel) != (method_id, levels, numel):
+        raise ExchangeMismatch(
+            f"rank {sender} sent {header.numel} codes of method id {header.method_id} with "
+            f"{header.levels} levels; this rank expected {numel} of method id {method_id} with "
+            f"{levels}: the ranks disagree on the model, the bucket layout or the quantizer"
+        )
+    return header.codec.unpack(payload, numel).to(torch.int64) - count * m
+
+
+# --------------------------------------------------------------------------- exchanges
+
+
+class Exchange(ABC):
+    """Averages flat gradients over the ranks of ``link``; subclasses are the topologies."""
+
+    name: ClassVar[str]
+    registry: ClassVar[dict[str, type[Exchange]]] = {}
+
+    def __init_subclass__(cls, *, name: str | None = None, **kw) -> None:
+        super().__init_subclass__(**kw)
+        if name:
+            cls.name = name
+            Exchange.registry[name] = cls
+
+    def __init__(self, quantizer: Quantizer, link: Link, aggregate: str = "requantize") -> None:
+        if aggregate not in AGGREGATES:
+            raise ValueError(f"aggregate must be one of {AGGREGATES}, got {aggregate!r}")
+        self.quantizer = quantizer
+        self.link = link
+        self.aggregator = quantizer if aggregate == "requantize" else quantize.get("fp16")
+        #: server-side error feedback of re-quantized aggregates, by (bucket key, shard)
+        self.server_residuals: dict[Hashable, torch.Tensor] = {}
+
+    def reduce(
+        self,
+        flat: torch.Tensor,
+        layout: Layout,
+        generator: torch.Generator | None,
+        key: Hashable = None,
+    ) -> Result:
+        """The mean over all ranks of ``flat`` (float32, 1-D, in ``layout``), identical on every
+        rank. ``generator`` draws this rank's random rounding; ``key`` names the bucket for
+        server-side error feedback."""
+        if isinstance(self.quantizer, SymmetricGrid):
+            return self._reduce_codes(flat, layout, generator)
+        return self._reduce_messages(flat, layout, generator, key)
+
+    @abstractmethod
+    def _reduce_codes(self, flat, layout, generator) -> Result:
+        """Shared-grid quantizers: exact integer sums of codes."""
+
+    @abstractmethod
+    def _reduce_messages(self, flat, layout, generator, key) -> Result:
+        """Other quantizers: decode, average, re-quantize where the average travels on."""
+
+    # --- helpers shared by the topologies
+
+    def _share_scales(self, flat: torch.Tensor, layout: Layout) -> torch.Tensor | None:
+        """Scalar sharing: the MAX over ranks of each bucket's scale; ``None`` if some rank's
+        gradient is not finite. A flag travels with the scales, because a MAX reduction need
+        not propagate NaN (max(1, NaN) may be 1)."""
+        local = self.quantizer.local_scales(flat, layout.segments)
+        finite = torch.isfinite(local)
+        flag = (~finite).any().to(local.dtype).reshape(1)
+        shared = self.link.all_reduce(
+            torch.cat([local.where(finite, 0.0), flag]), dist.ReduceOp.MAX
+        )
+        return shared[:-1] if float(shared[-1]) == 0.0 else None
+
+    def _all_finite(self, flat: torch.Tensor) -> bool:
+        """True if every rank's gradient is finite (one all-reduce of a flag)."""
+        flag = torch.tensor([0.0 if bool(torch.isfinite(flat).all()) else 1.0], device=flat.device)
+        return float(self.link.all_reduce(flag, dist.ReduceOp.MAX)) == 0.0
+
+    def _grid_codes(self, flat, layout, generator, shared):
+        """This rank's signed codes on the shared grid and what they decode to."""
+        q = self.quantizer
+        _, digits = q.quantize(flat, layout, generator, scale=shared)
+        codes = digits - q.m
+        return codes, q.decode_codes(shared, codes, layout)
+
+    def _mean(self, values: list[torch.Tensor]) -> torch.Tensor:
+        """Sum in rank order, then divide: the same bits wherever it is computed."""
+        total = values[0].clone()
+        for v in values[1:]:
+            total += v
+        return total / self.link.size
+
+    @staticmethod
+    def _read_message(frame: torch.Tensor, q: Quantizer, numel: int, sender: int):
+        enc = Encoded.from_frame(frame)
+        if enc.method != q.name or enc.numel != numel:
+            raise ExchangeMismatch(
+                f"rank {sender} sent a {enc.method} message of {enc.numel} elements; this rank "
+                f"expected {q.name} with {numel}: the ranks disagree on the model, the bucket "
+                "layout or the quantizer"
+            )
+        return q.decode(enc).reshape(-1)
+
+    def _requantize(self, mean, layout: Layout, key: Hashable, generator) -> Encoded:
+        """The aggregate as a message again, with server-side error feedback: the part the
+        re-quantization drops is added to the next aggregate of the same bucket and shard."""
+        residual = self.server_residuals.get(key)
+        if residual is not None and residual.shape == mean.shape:
+            mean = mean + residual
+        enc = self.aggregator.encode(mean, generator, segments=layout.segments)
+        if self.aggregator.name != "fp32":
+            self.server_residuals[key] = mean - self.aggregator.decode(enc).reshape(-1)
+        return enc
+
+
+class ShardedExchange(Exchange, name="sharded"):
+    """All-to-all of shards, aggregation by each shard's owner, all-gather of the results.
+
+    Per rank and step: (N-1)/N d (b + b_N) bits, with b the bits per element of one message
+    (1.6 for TernGrad) and b_N those of the aggregate (log2(2N+1) packed: 3.2 for N = 4),
+    against 2 (N-1)/N d 32 bits for a ring all-reduce in fp32.
+    """
+
+    def _reduce_codes(self, flat, layout, generator):
+        link, q = self.link, self.quantizer
+        shared = self._share_scales(flat, layout)
+        if shared is None:
+            return Result(None, None)
+        codes, own = self._grid_codes(flat, layout, generator, shared)
+        bounds = shard_bounds(flat.numel(), link.size)
+        lo, hi = bounds[link.rank]
+        frames = [codes_frame(q.method_id, codes[a:b], 1, q.m) for a, b in bounds]
+        received = link.all_to_all(frames, [codes_frame_nbytes(hi - lo, 1, q.m)] * link.size)
+        total = sum(read_codes(f, q.method_id, hi - lo, 1, q.m, r) for r, f in enumerate(received))
+        gathered = link.all_gather(
+            codes_frame(q.method_id, total, link.size, q.m),
+            [codes_frame_nbytes(b - a, link.size, q.m) for a, b in bounds],
+        )
+        code_sum = torch.cat(
+            [
+                read_codes(f, q.method_id, b - a, link.size, q.m, r)
+                for r, (f, (a, b)) in enumerate(zip(gathered, bounds, strict=True))
+            ]
+        )
+        return Result(q.decode_codes(shared, code_sum, layout, link.size), own)
+
+    def _reduce_messages(self, flat, layout, generator, key):
+        link, q = self.link, self.quantizer
+        if not self._all_finite(flat):
+            return Result(None, None)
+        bounds = shard_bounds(flat.numel(), link.size)
+        parts = [layout.slice(a, b) for a, b in bounds]
+        messages = [
+            q.encode(flat[a:b], generator, segments=part.segments)
+            for (a, b), part in zip(bounds, parts, strict=True)
+        ]
+        own = torch.cat([q.decode(m).reshape(-1) for m in messages])
+        me = link.rank
+        lo, hi = bounds[me]
+        received = link.all_to_all(
+            [m.to_frame() for m in messages],
+            [q.message_nbytes(hi - lo, parts[me].segments)] * link.size,
+        )
+        mean = self._mean([self._read_message(f, q, hi - lo, r) for r, f in enumerate(received)])
+        result = self._requantize(mean, parts[me], (key, me), generator)
+        gathered = link.all_gather(
+            result.to_frame(),
+            [self.aggregator.message_nbytes(b - a, p.segments) for (a, b), p in zip(bounds, parts)],
+        )
+        agg = self.aggregator
+        mean = torch.cat(
+            [
+                self._read_message(f, agg, b - a, r)
+                for r, (f, (a, b)) in enumerate(zip(gathered, bounds, strict=True))
+            ]
+        )
+        return Result(mean, own)
+
+
+class ParameterServerExchange(Exchange, name="ps"):
+    """Rank 0 gathers every message, aggregates, broadcasts: the TernGrad paper's topology.
+
+    A worker sends d b bits and receives d b_N bits per step; rank 0 receives and sends N-1
+    times that, the bottleneck the sharded topology removes.
+    """
+
+    root = 0
+
+    def _reduce_codes(self, flat, layout, generator):
+        link, q = self.link, self.quantizer
+        shared = self._share_scales(flat, layout)
+        if shared is None:
+            return Result(None, None)
+        codes, own = self._grid_codes(flat, layout, generator, shared)
+        d, n = flat.numel(), link.size
+        gathered = link.gather(codes_frame(q.method_id, codes, 1, q.m), self.root)
+        result = None
+        if gathered is not None:
+            total = sum(read_codes(f, q.method_id, d, 1, q.m, r) for r, f in enumerate(gathered))
+            result = codes_frame(q.method_id, total, n, q.m)
+        frame = link.broadcast(result, codes_frame_nbytes(d, n, q.m), self.root, flat.device)
+        code_sum = read_codes(frame, q.method_id, d, n, q.m, self.root)
+        return Result(q.decode_codes(shared, code_sum, layout, n), own)
+
+    def _reduce_messages(self, flat, layout, generator, key):
+        link, q = self.link, self.quantizer
+        if not self._all_finite(flat):
+            return Result(None, None)
+        d = flat.numel()
+        message = q.encode(flat, generator, segments=layout.segments)
+        gathered = link.gather(message.to_frame(), self.root)
+        result = None
+        if gathered is not None:
+            mean = self._mean([self._read_message(f, q, d, r) for r, f in enumerate(gathered)])
+            result = self._requantize(mean, layout, key, generator).to_frame()
+        size = self.aggregator.message_nbytes(d, layout.segments)
+        frame = link.broadcast(result, size, self.root, flat.device)
+        return Result(self._read_message(frame, self.aggregator, d, self.root), q.decode(message))
+
+
+class AllGatherExchange(Exchange, name="allgather"):
+    """Every rank gathers every rank's message and aggregates locally: one collective after
+    the scales, no re-quantization, but each rank receives (N-1) d b bits, growing with N."""
+
+    def _reduce_codes(self, flat, layout, generator):
+        link, q = self.link, self.quantizer
+        shared = self._share_scales(flat, layout)
+        if shared is None:
+            return Result(None, None)
+        codes, own = self._grid_codes(flat, layout, generator, shared)
+        d = flat.numel()
+        gathered = link.all_gather(
+            codes_frame(q.method_id, codes, 1, q.m), [codes_frame_nbytes(d, 1, q.m)] * link.size
+        )
+        total = sum(read_codes(f, q.method_id, d, 1, q.m, r) for r, f in enumerate(gathered))
+        return Result(q.decode_codes(shared, total, layout, link.size), own)
+
+    def _reduce_messages(self, flat, layout, generator, key):
+        link, q = self.link, self.quantizer
+        if not self._all_finite(flat):
+            return Result(None, None)
+        d = flat.numel()
+        message = q.encode(flat, generator, segments=layout.segments)
+        gathered = link.all_gather(
+            message.to_frame(), [q.message_nbytes(d, layout.segments)] * link.size
+        )
+        mean = self._mean([self._read_message(f, q, d, r) for r, f in enumerate(gathered)])
+        return Result(mean, q.decode(message).reshape(-1))
+
+
+TOPOLOGIES = tuple(Exchange.registry)
+
+
+def make_exchange(
+    topology: str, quantizer: Quantizer, link: Link, aggregate: str = "requantize"
+) -> Exchange:
+    """The exchange named ``topology``; ``ValueError`` listing the choices otherwise."""
+    if topology not in Exchange.registry:
+        raise ValueError(
+            f"unknown topology {topology!r}; choose one of: {', '.join(Exchange.registry)}"
+        )
+    return Exchange.registry[topology](quantizer, link, aggregate)

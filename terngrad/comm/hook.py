@@ -1,0 +1,407 @@
+"""The DDP communication hook and its state.
+
+``register(ddp_model, quantizer="terngrad", topology="sharded", **options)`` installs a standard
+``register_comm_hook`` hook. For each DDP bucket it
+
+1. all-reduces the excluded parameters (the last layer and tensors under ``min_numel``
+   elements, by default) in fp32;
+2. averages the other parameters through :mod:`terngrad.comm.exchange`, with one scale group
+   per parameter (layer-wise scales, from the bucket's parameter boundaries), adding the
+   worker-side error-feedback residual first when ``error_feedback=True``;
+3. writes the mean into the bucket buffer in place (no second buffer of the bucket's size).
+
+The exchanges run on one worker thread per process, bucket after bucket in the order DDP hands
+them over, which is the same on every rank, so the collectives line up across ranks however many
+buckets there are; the hook returns a future at once and DDP's backward pass goes on meanwhile.
+They use a process group of their own, so they never interleave with DDP's own collectives.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from terngrad import quantize
+from terngrad.comm.exchange import AGGREGATES, TOPOLOGIES, make_exchange
+from terngrad.comm.link import Link
+from terngrad.comm.memory import ErrorFeedback
+from terngrad.quantize import Layout, Quantizer
+
+STATE_FORMAT = 1
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """The seed of rank ``rank``'s generator: ``seed * 1_000_003 + rank`` (mod 2**63)."""
+    return (seed * 1_000_003 + rank) % 2**63
+
+
+def last_layer_names(module: nn.Module) -> set[str]:
+    """Names of the parameters of the last submodule (in definition order) that owns any:
+    the classifier of the usual model."""
+    owners = [
+        (prefix, m)
+        for prefix, m in module.named_modules()
+        if next(m.parameters(recurse=False), None) is not None
+    ]
+    if not owners:
+        return set()
+    prefix, owner = owners[-1]
+    return {f"{prefix}.{n}" if prefix else n for n, _ in owner.named_parameters(recurse=False)}
+
+
+@dataclass(frozen=True)
+class Stats:
+    """What one rank's exchanges did: bytes as handed to the collectives (see
+    :mod:`terngrad.comm.link` for how each collective is counted), steps, skipped steps."""
+
+    steps: int
+    skipped_steps: int
+    bytes_sent: int
+    bytes_received: int
+    last_step_bytes_sent: int
+    last_step_bytes_received: int
+
+    @property
+    def bytes_sent_per_step(self) -> float:
+        return self.bytes_sent / self.steps if self.steps else 0.0
+
+    @property
+    def bytes_received_per_step(self) -> float:
+        return self.bytes_received / self.steps if self.steps else 0.0
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How one bucket's flat buffer splits into quantized and fp32 parameters."""
+
+    names: tuple[str, ...]  # quantized parameters, in buffer order
+    sizes: tuple[int, ...]
+    quantized: tuple[tuple[int, int], ...]  # (offset, numel) in the buffer
+    excluded: tuple[tuple[int, int], ...]
+    layout: Layout
+
+    @property
+    def whole(self) -> bool:
+        """The quantized parameters are the whole buffer."""
+        return not self.excluded
+
+
+def _gather(buffer: torch.Tensor, spans: tuple[tuple[int, int], ...]) -> torch.Tensor:
+    return torch.cat([buffer[o : o + n] for o, n in spans]).to(torch.float32)
+
+
+def _scatter(buffer: torch.Tensor, spans: tuple[tuple[int, int], ...], values: torch.Tensor):
+    start = 0
+    for o, n in spans:
+        buffer[o : o + n].copy_(values[start : start + n])
+        start += n
+
+
+class HookState:
+    """State of the terngrad exchange of one rank: quantizer, topology, error feedback,
+    random generator, counters. Made by :func:`register` (DDP) or
+    :class:`~terngrad.comm.Synchronizer` (custom loops).
+
+    Options: ``error_feedback`` (worker-side residuals, default False), ``exclude_last`` (keep
+    the last layer in fp32, default True), ``min_numel`` (tensors with fewer elements stay fp32,
+    default 1024), ``aggregate`` ("requantize" or "fp16": how non-grid aggregates travel),
+    ``seed`` (rank r draws from a generator seeded ``rank_seed(seed, r)``), ``group`` (the
+    process group; default: a new group of all ranks). Other keyword options go to
+    ``quantize.get(quantizer, ...)``.
+    """
+
+    def __init__(
+        self,
+        named_parameters: Iterable[tuple[str, nn.Parameter]],
+        last_layer: set[str],
+        quantizer: str | Quantizer = "terngrad",
+        topology: str = "sharded",
+        *,
+        error_feedback: bool = False,
+        exclude_last: bool = True,
+        min_numel: int = 1024,
+        aggregate: str = "requantize",
+        seed: int = 0,
+        group: dist.ProcessGroup | None = None,
+        **quantizer_options: Any,
+    ) -> None:
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError(
+                "terngrad needs torch.distributed initialised: call "
+                "torch.distributed.init_process_group(...) first (torchrun sets its environment)"
+            )
+        if isinstance(quantizer, Quantizer):
+            if quantizer_options:
+                raise ValueError("pass quantizer options to quantize.get, not with an instance")
+            self.quantizer = quantizer
+        else:
+            self.quantizer = quantize.get(quantizer, **quantizer_options)
+        if topology not in TOPOLOGIES:
+            raise ValueError(
+                f"unknown topology {topology!r}; choose one of: {', '.join(TOPOLOGIES)}"
+            )
+        if aggregate not in AGGREGATES:
+            raise ValueError(f"aggregate must be one of {AGGREGATES}, got {aggregate!r}")
+        if isinstance(min_numel, bool) or not isinstance(min_numel, int) or min_numel < 0:
+            raise ValueError(f"min_numel must be a non-negative integer, got {min_numel!r}")
+        params = [(name, p) for name, p in named_parameters if p.requires_grad]
+        if not params:
+            raise ValueError("the model has no parameters that require gradients")
+        self.link = Link(group if group is not None else dist.new_group(backend=dist.get_backend()))
+        self.exchange = make_exchange(topology, self.quantizer, self.link, aggregate)
+        self.memory = ErrorFeedback() if error_feedback else None
+        self._names = {id(p): name for name, p in params}
+        self.excluded = {
+            name
+            for name, p in params
+            if (exclude_last and name in last_layer) or p.numel() < min_numel
+        }
+        device = params[0][1].device
+        self.generator = torch.Generator(device=device).manual_seed(rank_seed(seed, self.link.rank))
+        self.config = {
+            "quantizer": self.quantizer.name,
+            "quantizer_options": self.quantizer.options,
+            "topology": topology,
+            "error_feedback": bool(error_feedback),
+            "aggregate": aggregate,
+            "excluded": sorted(self.excluded),
+            "seed": seed,
+            "world_size": self.link.size,
+            "parameters": [(name, tuple(p.shape), str(p.dtype)) for name, p in params],
+        }
+        self._check_same_config()
+        self._plans: dict[tuple[int, ...], _Plan] = {}
+        self._steps = self._skipped_steps = 0
+        self._step_skipped = False
+        self.last_step_skipped = False
+        self._step_start = (0, 0)
+        self._last_step = (0, 0)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="terngrad")
+
+    # --- what users read
+
+    @property
+    def stats(self) -> Stats:
+        c = self.link.counter
+        return Stats(
+            steps=self._steps,
+            skipped_steps=self._skipped_steps,
+            bytes_sent=c.sent,
+            bytes_received=c.received,
+            last_step_bytes_sent=self._last_step[0],
+            last_step_bytes_received=self._last_step[1],
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's state: RNG, error-feedback residuals, counters (save one per rank)."""
+        return {
+            "format": STATE_FORMAT,
+            "config": self.config,
+            "rank": self.link.rank,
+            "generator": self.generator.get_state(),
+            "residuals": self.memory.state_dict() if self.memory else {},
+            "server_residuals": {k: v.clone() for k, v in self.exchange.server_residuals.items()},
+            "counters": {
+                "steps": self._steps,
+                "skipped_steps": self._skipped_steps,
+                "bytes_sent": self.link.counter.sent,
+                "bytes_received": self.link.counter.received,
+            },
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` of the same rank and configuration."""
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            raise ValueError("not a terngrad hook state (or one of another format version)")
+        differences = _differences(self.config, state["config"])
+        if differences:
+            raise ValueError(
+                "this hook state was saved with another configuration (saved value instead of "
+                "this hook's): " + "; ".join(differences)
+            )
+        if state["rank"] != self.link.rank:
+            raise ValueError(
+                f"this hook state belongs to rank {state['rank']}, not rank {self.link.rank}"
+            )
+        self.generator.set_state(state["generator"])
+        if self.memory is not None:
+            self.memory.load_state_dict(state["residuals"])
+        self.exchange.server_residuals = {
+            k: v.clone() for k, v in state["server_residuals"].items()
+        }
+        counters = state["counters"]
+        self._steps, self._skipped_steps = counters["steps"], counters["skipped_steps"]
+        self.link.counter.sent = counters["bytes_sent"]
+        self.link.counter.received = counters["bytes_received"]
+        self._step_start = (self.link.counter.sent, self.link.counter.received)
+
+    # --- the work
+
+    def reduce_bucket(self, buffer: torch.Tensor, params: list[torch.Tensor]) -> bool:
+        """Average ``buffer`` (the flat gradients of ``params``, in order) over all ranks, in
+        place. Returns True if some rank's gradient was not finite: then the buffer is zeroed on
+        every rank."""
+        plan = self._plan(params)
+        link = self.link
+        skipped = False
+        if plan.excluded:
+            exact = link.all_reduce(_gather(buffer, plan.excluded)) / link.size
+            skipped = not bool(torch.isfinite(exact).all())
+        if plan.quantized and not skipped:
+            flat = buffer.to(torch.float32) if plan.whole else _gather(buffer, plan.quantized)
+            if self.memory is not None:
+                flat = self.memory.compensate(plan.names, plan.sizes, flat)
+            result = self.exchange.reduce(flat, plan.layout, self.generator, key=plan.names)
+            if result.mean is None:
+                skipped = True
+            else:
+                if self.memory is not None:
+                    self.memory.update(plan.names, plan.sizes, flat, result.own)
+                if plan.whole:
+                    buffer.copy_(result.mean)
+                else:
+                    _scatter(buffer, plan.quantized, result.mean)
+        if skipped:
+            buffer.zero_()
+        elif plan.excluded:
+            _scatter(buffer, plan.excluded, exact)
+        self._step_skipped |= skipped
+        return skipped
+
+    def finish_step(self) -> None:
+        """Close the step's counters (the DDP hook calls this after the last bucket)."""
+        c = self.link.counter
+        self._last_step = (c.sent - self._step_start[0], c.received - self._step_start[1])
+        self._step_start = (c.sent, c.received)
+        self._steps += 1
+        self.last_step_skipped = self._step_skipped
+        if self._step_skipped:
+            self._skipped_steps += 1
+            warnings.warn(
+                f"terngrad: step {self._steps} had a NaN or Inf gradient on some rank; its "
+                "gradient was zeroed on every rank (check state.last_step_skipped before "
+                "optimizer.step())",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        self._step_skipped = False
+
+    def _plan(self, params: list[torch.Tensor]) -> _Plan:
+        key = tuple(id(p) for p in params)
+        plan = self._plans.get(key)
+        if plan is None:
+            quantized, excluded, names, offset = [], [], [], 0
+            for p in params:
+                name = self._names.get(id(p))
+                if name is None:
+                    raise RuntimeError(
+                        "a DDP bucket holds a parameter the terngrad hook was not registered "
+                        "for; register the hook on the same model DDP wraps"
+                    )
+                span = (offset, p.numel())
+                if name in self.excluded:
+                    excluded.append(span)
+                else:
+                    quantized.append(span)
+                    names.append(name)
+                offset += p.numel()
+            sizes = tuple(n for _, n in quantized)
+            plan = _Plan(
+                names=tuple(names),
+                sizes=sizes,
+                quantized=tuple(quantized),
+                excluded=tuple(excluded),
+                layout=Layout.of(sum(sizes), sizes, self.quantizer.bucket_size),
+            )
+            self._plans[key] = plan
+        return plan
+
+    def _check_same_config(self) -> None:
+        """Fail on every rank, naming the difference, unless all ranks registered alike."""
+        configs: list[Any] = [None] * self.link.size
+        dist.all_gather_object(configs, self.config, group=self.link.group)
+        problems = [
+            f"rank {r}: " + "; ".join(diff)
+            for r, cfg in enumerate(configs)
+            if (diff := _differences(configs[0], cfg))
+        ]
+        if problems:
+            raise ValueError(
+                "terngrad: the ranks registered different exchange configurations (compared "
+                "with rank 0) — " + " | ".join(problems)
+            )
+
+    def _run_bucket(self, buffer, params, last: bool, future: torch.futures.Future) -> None:
+        try:
+            self.reduce_bucket(buffer, params)
+            if last:
+                self.finish_step()
+            future.set_result(buffer)
+        except BaseException as exc:  # handed to DDP, which raises it in backward()
+            future.set_exception(exc)
+
+
+def _differences(reference: dict[str, Any], other: dict[str, Any]) -> list[str]:
+    """Human-readable differences between two configurations."""
+    out = []
+    for key in reference.keys() | other.keys():
+        a, b = reference.get(key), other.get(key)
+        if a == b:
+            continue
+        if key == "parameters" and isinstance(a, list) and isinstance(b, list):
+            if len(a) != len(b):
+                out.append(f"{len(b)} parameters instead of {len(a)}")
+            else:
+                first = next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
+                out.append(f"parameter {b[first]} instead of {a[first]}")
+        elif key == "quantizer_options" and isinstance(a, dict) and isinstance(b, dict):
+            out += [
+                f"quantizer option {k}={b.get(k)!r} instead of {a.get(k)!r}"
+                for k in sorted(a.keys() | b.keys())
+                if a.get(k) != b.get(k)
+            ]
+        else:
+            out.append(f"{key}={b!r} instead of {a!r}")
+    return sorted(out)
+
+
+def _ddp_hook(state, bucket):  # no annotations: DDP checks them, and here they are strings
+    """Queue ``bucket`` on the state's worker thread; the future completes when it is done."""
+    future = torch.futures.Future()
+    state._executor.submit(
+        state._run_bucket, bucket.buffer(), bucket.parameters(), bucket.is_last(), future
+    )
+    return future
+
+
+def register(
+    ddp_model: nn.parallel.DistributedDataParallel,
+    quantizer: str | Quantizer = "terngrad",
+    topology: str = "sharded",
+    **options: Any,
+) -> HookState:
+    """Install the terngrad communication hook on ``ddp_model``; returns its state.
+
+    ``quantizer``: a name from ``quantize.names()`` (options such as ``clip`` or ``levels``
+    pass through) or a quantizer; ``topology``: ``sharded`` (default), ``ps`` or ``allgather``;
+    other options: see :class:`HookState`. Call on every rank with the same settings; a rank
+    that differs makes every rank fail here with a message naming the difference.
+    """
+    if not isinstance(ddp_model, nn.parallel.DistributedDataParallel):
+        raise TypeError(
+            "register takes a torch.nn.parallel.DistributedDataParallel model, got "
+            f"{type(ddp_model).__name__}: wrap it first, ddp = DistributedDataParallel(model)"
+        )
+    module = ddp_model.module
+    state = HookState(
+        module.named_parameters(), last_layer_names(module), quantizer, topology, **options
+    )
+    ddp_model.register_comm_hook(state, _ddp_hook)
+    return state

@@ -1,0 +1,112 @@
+"""The collectives the exchanges use, on one process group, each counting its bytes.
+
+Byte counts come from the tensors handed to each collective, under the data movement that
+collective needs at this rank (N ranks):
+
+==================  =====================================  =====================================
+collective          sent by this rank                      received by this rank
+==================  =====================================  =====================================
+all-reduce (ring)   2 (N-1)/N x tensor bytes               2 (N-1)/N x tensor bytes
+all-to-all          the chunks addressed to other ranks    the chunks from other ranks
+all-gather          (N-1) x its chunk (padded to the max)  (N-1) x the padded chunk size
+gather to root      its chunk (root: nothing)              nothing (root: the N-1 other chunks)
+broadcast           root: (N-1) x tensor bytes             non-root: tensor bytes
+==================  =====================================  =====================================
+
+The all-reduce figure is what a bandwidth-optimal ring moves (reduce-scatter then all-gather),
+the convention PyTorch's own hooks are measured by in this project as well, so comparisons are
+like for like.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class ByteCounter:
+    """Running totals of bytes this rank sent and received through a :class:`Link`."""
+
+    sent: int = 0
+    received: int = 0
+
+    def add(self, sent: int, received: int) -> None:
+        self.sent += int(sent)
+        self.received += int(received)
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class Link:
+    """Counted collectives on ``group`` (the default group if ``None``), blocking calls."""
+
+    def __init__(self, group: dist.ProcessGroup | None = None) -> None:
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        self.counter = ByteCounter()
+
+    def all_reduce(self, tensor: torch.Tensor, op: dist.ReduceOp = dist.ReduceOp.SUM):
+        """In-place all-reduce; returns ``tensor``."""
+        ring = 2 * (self.size - 1) * _nbytes(tensor) // self.size
+        self.counter.add(ring, ring)
+        dist.all_reduce(tensor, op=op, group=self.group)
+        return tensor
+
+    def all_to_all(self, chunks: list[torch.Tensor], recv_sizes: list[int]) -> list[torch.Tensor]:
+        """Send ``chunks[j]`` (uint8) to rank j; receive ``recv_sizes[j]`` bytes from rank j."""
+        send = torch.cat([c.reshape(-1) for c in chunks])
+        recv = torch.empty(sum(recv_sizes), dtype=torch.uint8, device=send.device)
+        send_sizes = [c.numel() for c in chunks]
+        me = self.rank
+        self.counter.add(sum(send_sizes) - send_sizes[me], sum(recv_sizes) - recv_sizes[me])
+        dist.all_to_all_single(recv, send, recv_sizes, send_sizes, group=self.group)
+        return list(recv.split(recv_sizes))
+
+    def all_gather(self, chunk: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
+        """Every rank's uint8 ``chunk``; rank j's is ``sizes[j]`` bytes (padded to the largest
+        for the collective, which needs equal sizes)."""
+        width = max(sizes)
+        padded = torch.zeros(width, dtype=torch.uint8, device=chunk.device)
+        padded[: chunk.numel()] = chunk.reshape(-1)
+        out = torch.empty(self.size * width, dtype=torch.uint8, device=chunk.device)
+        self.counter.add((self.size - 1) * width, (self.size - 1) * width)
+        dist.all_gather_single(out, padded, group=self.group)
+        return [out[j * width : j * width + n] for j, n in enumerate(sizes)]
+
+    def gather(self, chunk: torch.Tensor, root: int) -> list[torch.Tensor] | None:
+        """Every rank's equally sized uint8 ``chunk`` at ``root`` (``None`` elsewhere)."""
+        chunk = chunk.reshape(-1)
+        if self.rank == root:
+            out = [torch.empty_like(chunk) for _ in range(self.size)]
+            self.counter.add(0, (self.size - 1) * _nbytes(chunk))
+            dist.gather(chunk, out, dst=self._global(root), group=self.group)
+            return out
+        self.counter.add(_nbytes(chunk), 0)
+        dist.gather(chunk, None, dst=self._global(root), group=self.group)
+        return None
+
+    def broadcast(
+        self, chunk: torch.Tensor | None, size: int, root: int, device: torch.device
+    ) -> torch.Tensor:
+        """``root``'s uint8 ``chunk`` of ``size`` bytes, on every rank."""
+        if self.rank == root:
+            assert chunk is not None and chunk.numel() == size
+            buf = chunk.reshape(-1).contiguous()
+            self.counter.add((self.size - 1) * size, 0)
+        else:
+            buf = torch.empty(size, dtype=torch.uint8, device=device)
+            self.counter.add(0, size)
+        dist.broadcast(buf, src=self._global(root), group=self.group)
+        return buf
+
+    def _global(self, rank: int) -> int:
+        """The global rank of ``rank`` in this link's group (what gather/broadcast take)."""
+        if self.group is None:
+            return rank
+        return dist.get_global_rank(self.group, rank)

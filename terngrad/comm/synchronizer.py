@@ -1,0 +1,88 @@
+"""The terngrad exchange for training loops without DDP.
+
+>>> sync = Synchronizer(model, quantizer="terngrad", topology="sharded")
+>>> loss.backward(); skipped = sync.step(); optimizer.step()
+
+``Synchronizer`` broadcasts rank 0's parameters when it is made (parameter localization:
+identical replicas from the start), and ``step()`` averages every parameter's ``.grad`` over
+the ranks with the same machinery as the DDP hook, in buckets of ``bucket_cap_mb``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from terngrad.comm.hook import HookState, Stats, last_layer_names
+from terngrad.quantize import Quantizer
+
+
+class Synchronizer:
+    """Averages ``.grad`` of ``params`` over all ranks through quantized messages.
+
+    ``params``: an ``nn.Module`` (its last layer is the one ``exclude_last`` keeps in fp32) or an
+    iterable of parameters or ``(name, parameter)`` pairs (then the last tensor is the last
+    layer). Other options as for :func:`terngrad.ddp.register`.
+    """
+
+    def __init__(
+        self,
+        params: nn.Module | Iterable[nn.Parameter] | Iterable[tuple[str, nn.Parameter]],
+        quantizer: str | Quantizer = "terngrad",
+        topology: str = "sharded",
+        *,
+        bucket_cap_mb: float = 25.0,
+        **options: Any,
+    ) -> None:
+        if isinstance(params, nn.Module):
+            named, last = list(params.named_parameters()), last_layer_names(params)
+        else:
+            items = list(params)
+            named = [x if isinstance(x, tuple) else (str(i), x) for i, x in enumerate(items)]
+            last = {named[-1][0]} if named else set()
+        if not bucket_cap_mb > 0:
+            raise ValueError(f"bucket_cap_mb must be positive, got {bucket_cap_mb!r}")
+        self.state = HookState(named, last, quantizer, topology, **options)
+        self.params = [p for _, p in named if p.requires_grad]
+        link = self.state.link
+        for p in self.params:  # identical replicas from the start, as DDP does
+            dist.broadcast(p.data, src=link._global(0), group=link.group)
+        self.buckets: list[list[nn.Parameter]] = []
+        cap, size = bucket_cap_mb * 2**20, float("inf")
+        for p in self.params:
+            nbytes = p.numel() * p.element_size()
+            if size + nbytes > cap:
+                self.buckets.append([])
+                size = 0
+            self.buckets[-1].append(p)
+            size += nbytes
+
+    @property
+    def stats(self) -> Stats:
+        return self.state.stats
+
+    def step(self) -> bool:
+        """Average the gradients (a missing ``.grad`` counts as zeros). Returns True if some
+        rank's gradient was not finite: then every gradient is zero on every rank, and the
+        caller should skip ``optimizer.step()``."""
+        for bucket in self.buckets:
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in bucket]
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            self.state.reduce_bucket(flat, bucket)
+            for p, part in zip(bucket, flat.split([p.numel() for p in bucket]), strict=True):
+                if p.grad is None:
+                    p.grad = part.view_as(p).clone()
+                else:
+                    p.grad.copy_(part.view_as(p))
+        self.state.finish_step()
+        return self.state.last_step_skipped
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.state.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.state.load_state_dict(state)

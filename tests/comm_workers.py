@@ -1,0 +1,241 @@
+"""What each rank runs in the distributed tests (top level, so spawned processes import it)."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+import terngrad.ddp
+from terngrad import quantize
+from terngrad.comm import TOPOLOGIES, ByteCounter, Link, Synchronizer, make_exchange, rank_seed
+from terngrad.quantize import Layout
+
+SEGMENTS = (300, 7, 0, 1234, 57)
+GRID = [("terngrad", {}), ("terngrad", {"bucket_size": 100}), ("qsgd", {"bucket_size": 64})]
+MESSAGES = [("fp32", {}), ("fp16", {}), ("linear", {"bucket_size": 64}), ("signsgd", {})]
+
+
+def local_gradient(rank: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(100 + rank)
+    return torch.randn(sum(SEGMENTS), generator=gen) * (1 + rank)
+
+
+def exchanges(rank: int, world: int) -> dict:
+    """Every topology with grid and message quantizers on one flat gradient per rank."""
+    link = Link(dist.new_group())
+    g = local_gradient(rank)
+    out = {}
+    for name, options in GRID + MESSAGES:
+        q = quantize.get(name, **options)
+        layout = Layout.of(g.numel(), SEGMENTS, q.bucket_size)
+        for topology in TOPOLOGIES:
+            for aggregate in ("requantize", "fp16") if name == "linear" else ("requantize",):
+                exchange = make_exchange(topology, q, link, aggregate)
+                gen = torch.Generator().manual_seed(rank_seed(7, rank))
+                sent, received = link.counter.sent, link.counter.received
+                result = exchange.reduce(g, layout, gen, key="bucket")
+                out[(name, str(options), topology, aggregate)] = {
+                    "mean": result.mean,
+                    "own": result.own,
+                    "sent": link.counter.sent - sent,
+                    "received": link.counter.received - received,
+                }
+    bad = g.clone()
+    if rank == world - 1:
+        bad[5] = float("nan")
+    for name in ("terngrad", "linear"):
+        for topology in TOPOLOGIES:
+            q = quantize.get(name)
+            result = make_exchange(topology, q, link).reduce(
+                bad, Layout.of(g.numel(), SEGMENTS, q.bucket_size), None
+            )
+            out[("nan", name, topology)] = result.mean
+    return out
+
+
+class MLP(nn.Module):
+    def __init__(self, widths=(32, 48, 40, 10)):
+        super().__init__()
+        layers = []
+        for a, b in zip(widths[:-1], widths[1:], strict=True):
+            layers += [nn.Linear(a, b), nn.Tanh()]
+        self.body = nn.Sequential(*layers[:-1])
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def _batches(rank: int, steps: int, width: int = 32, batch: int = 16):
+    gen = torch.Generator().manual_seed(1000 + rank)
+    teacher = torch.Generator().manual_seed(5)
+    w = torch.randn(width, 10, generator=teacher)
+    for _ in range(steps):
+        x = torch.randn(batch, width, generator=gen)
+        yield x, (x @ w).argmax(1)
+
+
+def _train(ddp, optimizer, rank, steps):
+    losses = []
+    for x, y in _batches(rank, steps):
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(ddp(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def training(rank: int, world: int) -> dict:
+    """20 steps of DDP with several buckets, for each topology and optimizer."""
+    out = {}
+    cases = [(t, "momentum", {}) for t in TOPOLOGIES] + [
+        ("sharded", "adam", {}),
+        ("ps", "adam", {}),
+        ("sharded", "momentum", {"quantizer": "signsgd", "error_feedback": True}),
+        ("allgather", "momentum", {"quantizer": "qsgd", "error_feedback": True, "min_numel": 0}),
+    ]
+    for topology, opt_name, options in cases:
+        torch.manual_seed(0)
+        model = MLP()
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
+        state = terngrad.ddp.register(ddp, topology=topology, **{"min_numel": 100, **options})
+        if opt_name == "adam":
+            optimizer = torch.optim.Adam(ddp.parameters(), lr=0.01)
+        else:
+            optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+        losses = _train(ddp, optimizer, rank, 20)
+        out[(topology, opt_name, str(options))] = {
+            "params": [p.detach().clone() for p in model.parameters()],
+            "losses": losses,
+            "stats": state.stats,
+            "bucket_layouts": len(state._plans),
+        }
+    return out
+
+
+def checkpoint(rank: int, world: int) -> dict:
+    """Save the hook state mid-run, go on, restore, go on again: the same parameters."""
+    torch.manual_seed(0)
+    model = MLP()
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
+    state = terngrad.ddp.register(ddp, quantizer="signsgd", error_feedback=True, min_numel=0)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+    _train(ddp, optimizer, rank, 5)
+    saved = (copy.deepcopy(state.state_dict()), copy.deepcopy(model.state_dict()),
+             copy.deepcopy(optimizer.state_dict()))  # fmt: skip
+    _train(ddp, optimizer, rank, 5)
+    first = [p.detach().clone() for p in model.parameters()]
+    first_stats = state.stats
+    state.load_state_dict(saved[0])
+    model.load_state_dict(saved[1])
+    optimizer.load_state_dict(saved[2])
+    _train(ddp, optimizer, rank, 5)
+    other = terngrad.ddp.register(
+        nn.parallel.DistributedDataParallel(MLP()), quantizer="terngrad", min_numel=0
+    )
+    try:
+        other.load_state_dict(saved[0])
+        error = None
+    except ValueError as exc:
+        error = str(exc)
+    return {
+        "first": first,
+        "second": [p.detach().clone() for p in model.parameters()],
+        "first_stats": first_stats,
+        "second_stats": state.stats,
+        "residual_norm": state.memory.norm(),
+        "wrong_config_error": error,
+    }
+
+
+def bytes_against_fp32(rank: int, world: int) -> dict:
+    """Bytes per step of the sharded TernGrad hook and of PyTorch's fp32 all-reduce hook."""
+    widths = (784, 256, 256, 10)
+    counter = ByteCounter()
+
+    def counting_allreduce(process_group, bucket):
+        ring = 2 * (world - 1) * bucket.buffer().numel() * 4 // world
+        counter.add(ring, ring)
+        return default_hooks.allreduce_hook(process_group, bucket)
+
+    results = {}
+    for hook in ("terngrad", "fp32"):
+        torch.manual_seed(0)
+        model = MLP(widths)
+        ddp = nn.parallel.DistributedDataParallel(model)
+        if hook == "terngrad":
+            state = terngrad.ddp.register(ddp, topology="sharded")
+        else:
+            ddp.register_comm_hook(None, counting_allreduce)
+        gen = torch.Generator().manual_seed(rank)
+        for _ in range(3):
+            ddp(torch.randn(8, 784, generator=gen)).square().mean().backward()
+        results[hook] = state.stats.bytes_sent_per_step if hook == "terngrad" else counter.sent / 3
+        results["params"] = sum(p.numel() for p in model.parameters())
+    return results
+
+
+def mismatch(rank: int, world: int) -> str:
+    ddp = nn.parallel.DistributedDataParallel(MLP())
+    try:
+        terngrad.ddp.register(ddp, clip=2.0 if rank == 1 else 2.5)
+    except ValueError as exc:
+        return str(exc)
+    return "no error"
+
+
+def error_feedback_regression(rank: int, world: int) -> dict:
+    """Least squares with scaled sign and error feedback, through the Synchronizer."""
+    teacher = torch.randn(20, generator=torch.Generator().manual_seed(3))
+    gen = torch.Generator().manual_seed(50 + rank)
+    x = torch.randn(256, 20, generator=gen)
+    y = x @ teacher
+    out = {}
+    for feedback in (True, False):
+        model = nn.Linear(20, 1, bias=False)
+        sync = Synchronizer(
+            model, "signsgd", "sharded", error_feedback=feedback, exclude_last=False, min_numel=0
+        )
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        losses, norms = [], []
+        for _ in range(300):
+            optimizer.zero_grad()
+            loss = (model(x).squeeze(1) - y).square().mean()
+            loss.backward()
+            sync.step()
+            optimizer.step()
+            losses.append(loss.item())
+            norms.append(sync.state.memory.norm() if feedback else 0.0)
+        out[feedback] = {"losses": losses, "norms": norms, "weight": model.weight.detach().clone()}
+    return out
+
+
+def nan_training(rank: int, world: int) -> dict:
+    """A NaN on one rank at step 2: every rank zeroes that step and counts it skipped."""
+    torch.manual_seed(0)
+    model = MLP()
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
+    state = terngrad.ddp.register(ddp, min_numel=0)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    skipped = []
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        for step, (x, y) in enumerate(_batches(rank, 4)):
+            optimizer.zero_grad()
+            if step == 2 and rank == 0:
+                x = x.clone()
+                x[0, 0] = float("nan")
+            nn.functional.cross_entropy(ddp(x), y).backward()
+            skipped.append(state.last_step_skipped)
+            if not state.last_step_skipped:
+                optimizer.step()
+    return {
+        "skipped": skipped,
+        "stats": state.stats,
+        "params": [p.detach().clone() for p in model.parameters()],
+    }
