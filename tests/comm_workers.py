@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import warnings
 
 import torch
@@ -62,7 +63,7 @@ class MLP(nn.Module):
     def __init__(self, widths=(32, 48, 40, 10)):
         super().__init__()
         layers = []
-        for a, b in zip(widths[:-1], widths[1:], strict=True):
+        for a, b in itertools.pairwise(widths):
             layers += [nn.Linear(a, b), nn.Tanh()]
         self.body = nn.Sequential(*layers[:-1])
 

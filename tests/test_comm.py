@@ -86,7 +86,7 @@ def test_fp16_aggregate_option(exchanged):
 
 
 def test_non_finite_gradient_skips_on_every_rank(exchanged):
-    world, results = exchanged
+    _, results = exchanged
     for name in ("terngrad", "linear"):
         for topology in TOPOLOGIES:
             assert all(out[("nan", name, topology)] is None for out in results)
@@ -108,7 +108,8 @@ def test_bytes_match_the_analytic_count(exchanged, name, options):
     sizes = [b - a for a, b in shard_bounds(d, world)]
     one, agg = _frames(sizes, 1, q.m), _frames(sizes, world, q.m)
     for r, out in enumerate(results):
-        get = lambda t: out[(name, str(options), t, "requantize")]  # noqa: E731
+        by_topology = {t: out[(name, str(options), t, "requantize")] for t in TOPOLOGIES}
+        get = by_topology.__getitem__
         sent = scales + sum(one) - one[r] + (world - 1) * max(agg)
         received = scales + (world - 1) * one[r] + (world - 1) * max(agg)
         assert (get("sharded")["sent"], get("sharded")["received"]) == (sent, received)
@@ -131,7 +132,7 @@ def trained(request):
 
 
 def test_training_keeps_replicas_bitwise_identical(trained):
-    world, results = trained
+    _, results = trained
     for case, first in results[0].items():
         for rank, out in enumerate(results[1:], start=1):
             for a, b in zip(first["params"], out[case]["params"], strict=True):

@@ -260,11 +260,14 @@ class ShardedExchange(Exchange, name="sharded"):
         )
         mean = self._mean([self._read_message(f, q, hi - lo, r) for r, f in enumerate(received)])
         result = self._requantize(mean, parts[me], (key, me), generator)
+        agg = self.aggregator
         gathered = link.all_gather(
             result.to_frame(),
-            [self.aggregator.message_nbytes(b - a, p.segments) for (a, b), p in zip(bounds, parts)],
+            [
+                agg.message_nbytes(b - a, p.segments)
+                for (a, b), p in zip(bounds, parts, strict=True)
+            ],
         )
-        agg = self.aggregator
         mean = torch.cat(
             [
                 self._read_message(f, agg, b - a, r)
