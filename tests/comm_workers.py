@@ -115,6 +115,10 @@ def training(rank: int, world: int) -> dict:
             "losses": losses,
             "stats": state.stats,
             "bucket_layouts": len(state._plans),
+            "plans": [
+                (sum(plan.sizes), plan.layout.n_buckets, sum(n for _, n in plan.excluded))
+                for plan in state._plans.values()
+            ],
         }
     return out
 

@@ -145,6 +145,36 @@ def test_training_keeps_replicas_bitwise_identical(trained):
         assert sum(losses[-5:]) < sum(losses[:5]), f"{case} did not learn"
 
 
+def _ring(nbytes, world):
+    return 2 * (world - 1) * nbytes // world
+
+
+def _hook_bytes(topology, world, rank, d, n_scales, n_excluded):
+    """Bytes one rank sends for one bucket of TernGrad (m = 1) through the hook."""
+    sent = _ring(4 * n_excluded, world) if n_excluded else 0
+    if not d:
+        return sent
+    sent += _ring(4 * (n_scales + 1), world)  # scales and the non-finite flag
+    if topology == "sharded":
+        sizes = [b - a for a, b in shard_bounds(d, world)]
+        one, agg = _frames(sizes, 1, 1), _frames(sizes, world, 1)
+        return sent + sum(one) - one[rank] + (world - 1) * max(agg)
+    whole, whole_agg = codes_frame_nbytes(d, 1, 1), codes_frame_nbytes(d, world, 1)
+    if topology == "ps":
+        return sent + ((world - 1) * whole_agg if rank == 0 else whole)
+    return sent + (world - 1) * whole
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_hook_stats_match_the_analytic_count(trained, topology):
+    """The last step used DDP's rebuilt buckets (every plan but the first)."""
+    world, results = trained
+    for rank, out in enumerate(results):
+        case = out[(topology, "momentum", "{}")]
+        expected = sum(_hook_bytes(topology, world, rank, *plan) for plan in case["plans"][1:])
+        assert case["stats"].last_step_bytes_sent == expected
+
+
 def test_stats_count_every_step(trained):
     _, results = trained
     stats = results[0][("sharded", "momentum", "{}")]["stats"]
