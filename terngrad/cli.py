@@ -1,8 +1,11 @@
 """The ``terngrad`` command line.
 
-``terngrad demo`` compares every quantizer on one gradient-shaped tensor: wire bytes, the
-reduction against fp32, the exact normalised error ``E||Q(g) - g||^2 / ||g||^2``, and encode
-and decode time, all measured in the same run.
+* ``terngrad demo`` — LeNet on MNIST, 4 workers, fp32 against TernGrad: accuracy, bytes, time.
+* ``terngrad train`` — one training run with N workers (see ``terngrad train --help``).
+* ``terngrad reproduce lenet|cifar|fashion`` — the paper's experiments, with a results table.
+* ``terngrad bench quantizers`` — every quantizer on one gradient: bytes, error, encode time.
+
+Bad arguments print one line and exit with status 2; a failed worker exits with status 1.
 """
 
 from __future__ import annotations
@@ -10,10 +13,18 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 import torch
 
 from terngrad import __version__, quantize
+
+
+class CommandError(Exception):
+    """A problem with what the user asked for: one line, exit status 2."""
+
+
+# --------------------------------------------------------------------------- bench quantizers
 
 
 def _demo_gradient(numel: int, seed: int) -> torch.Tensor:
@@ -35,7 +46,7 @@ def _time(fn, repeats: int) -> float:
     return best
 
 
-def demo(args: argparse.Namespace) -> int:
+def bench_quantizers(args: argparse.Namespace) -> int:
     g = _demo_gradient(args.numel, args.seed)
     norm2 = float(g.double().square().sum())
     print(
@@ -68,19 +79,103 @@ def demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="terngrad",
-        description="Communication-efficient data-parallel training with quantized gradients.",
+# --------------------------------------------------------------------------- training
+
+
+def _quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if args.no_clip:
+        options["clip"] = None
+    elif args.clip is not None:
+        options["clip"] = args.clip
+    for name in ("bucket_size", "levels", "packing"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
+    return options
+
+
+def _config(args: argparse.Namespace):
+    from terngrad.train.trainer import TrainConfig
+
+    batch = args.batch_size if args.total_batch_size is None else None
+    if args.batch_size is None and args.total_batch_size is None:
+        batch = 64
+    return TrainConfig(
+        out=args.out,
+        model=args.model,
+        dataset=args.dataset,
+        data_dir=args.data_dir,
+        workers=args.workers,
+        quantizer=args.quantizer,
+        quantizer_options=_quantizer_options(args),
+        topology=args.topology,
+        error_feedback=args.error_feedback,
+        keep_last_fp32=not args.quantize_last,
+        min_numel=args.min_numel,
+        optimizer=args.optimizer,
+        lr=args.lr,
+        momentum=args.momentum,
+        weight_decay=args.weight_decay,
+        lr_schedule=args.lr_schedule,
+        lr_power=args.lr_power,
+        batch_size=batch,
+        total_batch_size=args.total_batch_size,
+        steps=args.steps,
+        eval_every=args.eval_every,
+        dropout=args.dropout,
+        seed=args.seed,
+        progress=not args.quiet,
     )
-    parser.add_argument("--version", action="version", version=f"terngrad {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("demo", help="compare every quantizer on one gradient")
-    p.add_argument("--numel", type=_positive_int, default=1_000_000, help="gradient size")
-    p.add_argument("--seed", type=int, default=0, help="random seed")
-    p.add_argument("--repeats", type=_positive_int, default=3, help="timing repeats")
-    p.set_defaults(func=demo)
-    return parser
+
+
+def train(args: argparse.Namespace) -> int:
+    from terngrad.train.trainer import launch
+
+    cfg = _config(args)
+    summary = launch(
+        cfg, nnodes=args.nnodes, node_rank=args.node_rank, rdzv_endpoint=args.rdzv_endpoint
+    )
+    if summary:
+        print(
+            f"test accuracy {100 * summary['accuracy']:.2f}% after {cfg.steps} steps; "
+            f"{summary['bytes_sent_per_rank'] / 1e6:.2f} MB sent by rank 0 "
+            f"({summary['bytes_sent_per_step']:,.0f} bytes a step); {summary['seconds']:.0f} s; "
+            f"outputs in {cfg.out}/ (metrics.jsonl, summary.json, checkpoint.pt, curves.png)"
+        )
+    return 0
+
+
+def reproduce(args: argparse.Namespace) -> int:
+    from terngrad.train import experiments
+
+    out = args.out or f"runs/reproduce-{args.experiment}"
+    workers = tuple(args.workers) if args.workers else None
+    if args.experiment == "lenet":
+        runs = experiments.lenet(out, args.steps or 10_000, workers or (2, 4))
+    elif args.experiment == "cifar":
+        runs = experiments.cifar(out, args.data_dir, args.steps or 100_000, workers or (2,))
+    else:
+        runs = experiments.fashion(out, args.data_dir, args.steps or 5_000, workers or (2,))
+    print(experiments.run(args.experiment, runs, out))
+    print(f"Written: {out}/results.md, {out}/curves.png")
+    return 0
+
+
+def demo(args: argparse.Namespace) -> int:
+    from terngrad.train import experiments
+
+    runs = experiments.demo(args.out, args.steps)
+    print(
+        f"terngrad demo: LeNet on MNIST, 4 workers, {args.steps} steps each, fp32 and then "
+        "TernGrad (sharded exchange), on this machine's cores\n",
+        flush=True,
+    )
+    print(experiments.run("demo", runs, args.out))
+    print(f"Plot: {args.out}/curves.png; per-run outputs in {args.out}/*/")
+    return 0
+
+
+# --------------------------------------------------------------------------- parser
 
 
 def _positive_int(text: str) -> int:
@@ -93,9 +188,120 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
+    return value
+
+
+def _add_train_arguments(p: argparse.ArgumentParser) -> None:
+    from terngrad.comm import TOPOLOGIES
+    from terngrad.train import data, models
+    from terngrad.train.trainer import OPTIMIZERS, SCHEDULES
+
+    g = p.add_argument_group("model and data")
+    g.add_argument("--model", default="lenet", choices=models.names())
+    g.add_argument("--dataset", default="mnist", choices=data.names())
+    g.add_argument("--data-dir", help="folder of the data set's files (CIFAR-10: required)")
+    g.add_argument("--dropout", type=float, help="dropout ratio of the model's dropout layers")
+    g = p.add_argument_group("workers and exchange")
+    g.add_argument("--workers", type=_positive_int, default=4, help="processes (total)")
+    g.add_argument("--quantizer", default="terngrad", choices=quantize.names())
+    g.add_argument("--topology", default="sharded", choices=TOPOLOGIES)
+    g.add_argument("--clip", type=_positive_float, help="TernGrad: clip at CLIP sigma (2.5)")
+    g.add_argument("--no-clip", action="store_true", help="TernGrad: no clipping")
+    g.add_argument("--bucket-size", type=_positive_int, help="elements per scale")
+    g.add_argument("--levels", type=_positive_int, help="qsgd/linear/orq: distinct values")
+    g.add_argument("--packing", choices=("base3", "2bit"), help="TernGrad: wire packing")
+    g.add_argument("--error-feedback", action="store_true", help="worker-side error feedback")
+    g.add_argument(
+        "--quantize-last", action="store_true", help="quantize the last layer too (default: fp32)"
+    )
+    g.add_argument(
+        "--min-numel", type=_non_negative_int, default=1024,
+        help="tensors with fewer elements stay fp32 (default 1024)",
+    )  # fmt: skip
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--optimizer", default="momentum", choices=OPTIMIZERS)
+    g.add_argument("--lr", type=_positive_float, default=0.01)
+    g.add_argument("--momentum", type=float, default=0.9)
+    g.add_argument("--weight-decay", type=float, default=0.0)
+    g.add_argument("--lr-schedule", default="constant", choices=SCHEDULES)
+    g.add_argument("--lr-power", type=_positive_float, default=0.5, help="poly schedule power")
+    g.add_argument("--batch-size", type=_positive_int, help="per worker (default 64)")
+    g.add_argument("--total-batch-size", type=_positive_int, help="split over the workers")
+    g.add_argument("--steps", type=_positive_int, default=1000)
+    g.add_argument("--eval-every", type=_positive_int, default=500)
+    g.add_argument("--seed", type=int, default=0)
+    g = p.add_argument_group("output and cluster")
+    g.add_argument("--out", required=True, help="output folder (resumes from its checkpoint)")
+    g.add_argument("--quiet", action="store_true", help="no progress line")
+    g.add_argument("--nnodes", type=_positive_int, default=1, help="machines (torchrun)")
+    g.add_argument("--node-rank", type=_non_negative_int, help="this machine's rank (torchrun)")
+    g.add_argument("--rdzv-endpoint", help="HOST:PORT of the rendezvous (torchrun)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="terngrad",
+        description="Communication-efficient data-parallel training with quantized gradients.",
+    )
+    parser.add_argument("--version", action="version", version=f"terngrad {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("demo", help="LeNet on MNIST, 4 workers, fp32 against TernGrad")
+    p.add_argument("--steps", type=_positive_int, default=300, help="steps per run (300)")
+    p.add_argument("--out", default="runs/demo", help="output folder (runs/demo)")
+    p.set_defaults(func=demo)
+
+    p = sub.add_parser("train", help="train a model with N workers")
+    _add_train_arguments(p)
+    p.set_defaults(func=train)
+
+    p = sub.add_parser("reproduce", help="the paper's experiments: lenet, cifar, fashion")
+    p.add_argument("experiment", choices=("lenet", "cifar", "fashion"))
+    p.add_argument("--steps", type=_positive_int, help="shorten (or lengthen) every run")
+    p.add_argument("--workers", type=_positive_int, nargs="+", help="worker counts to run")
+    p.add_argument("--data-dir", help="the data set's folder (CIFAR-10: required)")
+    p.add_argument("--out", help="output folder (runs/reproduce-EXPERIMENT)")
+    p.set_defaults(func=reproduce)
+
+    p = sub.add_parser("bench", help="benchmarks")
+    bench = p.add_subparsers(dest="bench", required=True)
+    b = bench.add_parser("quantizers", help="every quantizer on one gradient")
+    b.add_argument("--numel", type=_positive_int, default=1_000_000, help="gradient size")
+    b.add_argument("--seed", type=int, default=0, help="random seed")
+    b.add_argument("--repeats", type=_positive_int, default=3, help="timing repeats")
+    b.set_defaults(func=bench_quantizers)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return args.func(args)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from terngrad.train.data import DataMissing
+
+    try:
+        return args.func(args)
+    except (CommandError, ValueError, DataMissing) as exc:
+        parser.exit(2, f"terngrad: error: {exc}\n")
+    except torch.multiprocessing.ProcessRaisedException as exc:
+        last = str(exc).strip().splitlines()[-1]
+        parser.exit(1, f"terngrad: a worker failed: {last}\n")
 
 
 if __name__ == "__main__":

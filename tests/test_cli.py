@@ -1,4 +1,4 @@
-"""The command line: `terngrad demo` runs and reports every quantizer; bad arguments exit 2."""
+"""The command line: `terngrad bench quantizers` reports every quantizer; bad arguments exit 2."""
 
 import subprocess
 import sys
@@ -9,8 +9,8 @@ from terngrad import quantize
 from terngrad.cli import main
 
 
-def test_demo_prints_every_quantizer(capsys):
-    assert main(["demo", "--numel", "20000", "--repeats", "1"]) == 0
+def test_bench_quantizers_prints_every_quantizer(capsys):
+    assert main(["bench", "quantizers", "--numel", "20000", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     for name in quantize.names():
         assert f"\n{name} " in out
@@ -20,7 +20,20 @@ def test_demo_prints_every_quantizer(capsys):
     assert float(bits) < 1.7 and float(ratio.rstrip("x")) > 19  # base-3: 1.6 bits, ~20x fewer
 
 
-@pytest.mark.parametrize("args", [["demo", "--numel", "0"], ["demo", "--numel", "x"], ["fly"], []])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["bench", "quantizers", "--numel", "0"],
+        ["bench", "quantizers", "--numel", "x"],
+        ["fly"],
+        [],
+        ["demo", "--steps", "-3"],
+        ["train", "--out", "x", "--steps", "0"],
+        ["train", "--out", "x", "--model", "resnet"],
+        ["train", "--out", "x", "--lr", "-1"],
+        ["reproduce", "imagenet"],
+    ],
+)
 def test_bad_arguments_exit_2(args, capsys):
     with pytest.raises(SystemExit) as exc:
         main(args)

@@ -1,0 +1,1 @@
+"""Training: data sets, models and the data-parallel training loop."""

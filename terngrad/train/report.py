@@ -1,0 +1,55 @@
+"""Plots and tables of training runs: accuracy and loss curves, side-by-side result tables."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt
+
+
+def write_curves(runs: dict[str, list[dict[str, Any]]], path: Path, title: str = "") -> None:
+    """Test accuracy and test loss against step, one line per run, written atomically."""
+    fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    for label, metrics in runs.items():
+        steps = [m["step"] for m in metrics]
+        acc_ax.plot(steps, [100 * m["accuracy"] for m in metrics], marker=".", label=label)
+        loss_ax.plot(steps, [m["loss"] for m in metrics], marker=".", label=label)
+    acc_ax.set(xlabel="step", ylabel="test accuracy (%)", title="accuracy")
+    loss_ax.set(xlabel="step", ylabel="test loss", title="loss")
+    loss_ax.set_yscale("log")
+    for ax in (acc_ax, loss_ax):
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=110)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A GitHub Markdown table; numbers right-aligned."""
+    align = ["---:" if rows and _numeric(rows[0][i]) else "---" for i in range(len(header))]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _numeric(text: str) -> bool:
+    """A figure such as ``1,234``, ``99.10%`` or ``16.0x``."""
+    return re.fullmatch(r"-?[\d,]+(\.\d+)?[%x×]?", text.strip()) is not None

@@ -1,0 +1,456 @@
+"""Training with N workers: the run's configuration, one worker's loop, and the launcher.
+
+``launch(config)`` starts ``config.workers`` processes on this machine (``torch.multiprocessing``,
+gloo over loopback) or, with ``nnodes``/``rdzv_endpoint``, hands them to ``torchrun``'s elastic
+agent for a real cluster. Each worker trains the same model under DDP with the terngrad hook,
+reads its own disjoint shard of the training set, and rank 0 writes into ``config.out``:
+
+* ``metrics.jsonl`` — one JSON object per evaluation: step, loss and accuracy on the test set,
+  train_loss (mean since the last evaluation), bytes_sent (this rank, cumulative), seconds;
+* ``summary.json`` — final accuracy, bytes per rank, wall time, the full config;
+* ``checkpoint.pt`` — model, optimizer, schedule and every rank's hook state, written atomically
+  (temporary file, fsync, rename) at every evaluation; a run started again with the same ``out``
+  resumes from it;
+* ``curves.png`` — test accuracy and loss against step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import os
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import terngrad.ddp
+from terngrad import quantize
+from terngrad.comm import TOPOLOGIES, rank_seed
+from terngrad.train import data as datasets
+from terngrad.train import models
+from terngrad.train.progress import Progress
+
+CHECKPOINT = "checkpoint.pt"
+CHECKPOINT_FORMAT = 1
+OPTIMIZERS = ("sgd", "momentum", "adam")
+SCHEDULES = ("constant", "poly")
+#: fields that may change when a run is resumed (extending it, evaluating more often)
+RESUMABLE_CHANGES = ("steps", "eval_every", "workers_threads", "progress")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines a training run (JSON-serialisable, stored in every output)."""
+
+    out: str
+    model: str = "lenet"
+    dataset: str = "mnist"
+    data_dir: str | None = None
+    workers: int = 4
+    quantizer: str = "terngrad"
+    quantizer_options: dict[str, Any] = field(default_factory=dict)
+    topology: str = "sharded"
+    error_feedback: bool = False
+    keep_last_fp32: bool = True
+    min_numel: int = 1024
+    optimizer: str = "momentum"
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    lr_schedule: str = "constant"
+    lr_power: float = 0.5
+    batch_size: int | None = 64
+    total_batch_size: int | None = None
+    steps: int = 1000
+    eval_every: int = 500
+    dropout: float | None = None
+    seed: int = 0
+    workers_threads: int | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        def fail(message: str) -> None:
+            raise ValueError(message)
+
+        models.default_input_shape(self.model)  # raises for an unknown model
+        if self.dataset not in datasets.names():
+            fail(f"unknown dataset {self.dataset!r}; choose one of: {', '.join(datasets.names())}")
+        quantize.get(self.quantizer, **self.quantizer_options)  # raises for bad options
+        if self.topology not in TOPOLOGIES:
+            fail(f"unknown topology {self.topology!r}; choose one of: {', '.join(TOPOLOGIES)}")
+        if self.optimizer not in OPTIMIZERS:
+            fail(f"unknown optimizer {self.optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
+        if self.lr_schedule not in SCHEDULES:
+            fail(f"unknown lr schedule {self.lr_schedule!r}; choose one of: {', '.join(SCHEDULES)}")
+        for name in ("workers", "steps", "eval_every"):
+            if getattr(self, name) < 1:
+                fail(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            fail(f"lr must be positive, got {self.lr}")
+        if (self.batch_size is None) == (self.total_batch_size is None):
+            fail("give exactly one of batch-size (per worker) and total-batch-size")
+        if self.total_batch_size is not None and (
+            self.total_batch_size < self.workers or self.total_batch_size % self.workers
+        ):
+            fail(
+                f"total-batch-size {self.total_batch_size} does not split evenly over "
+                f"{self.workers} workers"
+            )
+        if self.batch_size is not None and self.batch_size < 1:
+            fail(f"batch-size must be at least 1, got {self.batch_size}")
+
+    @property
+    def worker_batch(self) -> int:
+        """Examples per worker per step."""
+        if self.batch_size is not None:
+            return self.batch_size
+        assert self.total_batch_size is not None
+        return self.total_batch_size // self.workers
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        return cls(**values)
+
+
+# --------------------------------------------------------------------------- one worker
+
+
+def _optimizer(cfg: TrainConfig, params) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    momentum = cfg.momentum if cfg.optimizer == "momentum" else 0.0
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=momentum, weight_decay=cfg.weight_decay)
+
+
+def _schedule(cfg: TrainConfig, optimizer) -> torch.optim.lr_scheduler.LambdaLR:
+    """``constant``, or ``poly``: lr (1 - step / steps) ** power (Caffe's "poly" policy)."""
+    if cfg.lr_schedule == "poly":
+        return torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: max(0.0, 1 - step / cfg.steps) ** cfg.lr_power
+        )
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+
+
+def _evaluate(model: nn.Module, data: datasets.DataSet, rank: int, world: int):
+    """Test loss and accuracy over the whole test set, each rank scoring its share."""
+    model.eval()
+    index = torch.arange(rank, len(data.test_y), world)
+    totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, count
+    with torch.no_grad():
+        for chunk in index.split(512):
+            x, y = data.test_batch(chunk)
+            logits = model(x)
+            totals[0] += float(nn.functional.cross_entropy(logits, y, reduction="sum"))
+            totals[1] += float((logits.argmax(1) == y).sum())
+            totals[2] += len(y)
+    model.train()
+    dist.all_reduce(totals)
+    return float(totals[0] / totals[2]), float(totals[1] / totals[2])
+
+
+def _atomic_save(obj: Any, path: Path) -> None:
+    """Write ``obj`` to ``path`` so that a crash leaves the old file or the new one, whole."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _atomic_write_text(text: str, path: Path) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(path: Path, cfg: TrainConfig) -> dict[str, Any]:
+    """A checkpoint of the same run (fields other than ``RESUMABLE_CHANGES`` must match)."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ValueError(f"cannot read checkpoint {path}: {exc}") from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not a terngrad training checkpoint")
+    saved, mine = ckpt["config"], cfg.to_dict()
+    differing = [
+        f"{k}={saved.get(k)!r} there, {mine[k]!r} now"
+        for k in mine
+        if k not in RESUMABLE_CHANGES and saved.get(k) != mine[k]
+    ]
+    if differing:
+        raise ValueError(
+            f"{path} belongs to a different run ({'; '.join(differing)}): resume with the same "
+            "settings or choose another --out"
+        )
+    return ckpt
+
+
+def train_worker(cfg: TrainConfig) -> dict[str, Any] | None:
+    """One worker's training loop; the process group must be initialised. Returns the summary
+    on rank 0, ``None`` elsewhere."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if world != cfg.workers:
+        raise RuntimeError(f"the run asks for {cfg.workers} workers but {world} joined")
+    out = Path(cfg.out)
+    data = datasets.load(
+        cfg.dataset,
+        cfg.data_dir,
+        synthetic_shape=models.default_input_shape(cfg.model),
+        synthetic_classes=10,
+        seed=cfg.seed,
+    )
+    torch.manual_seed(cfg.seed)  # identical initial replicas (DDP also broadcasts rank 0's)
+    model = models.build(cfg.model, data.input_shape, data.num_classes, cfg.dropout)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    state = terngrad.ddp.register(
+        ddp,
+        cfg.quantizer,
+        cfg.topology,
+        error_feedback=cfg.error_feedback,
+        exclude_last=cfg.keep_last_fp32,
+        min_numel=cfg.min_numel,
+        seed=cfg.seed,
+        **cfg.quantizer_options,
+    )
+    optimizer = _optimizer(cfg, model.parameters())
+    schedule = _schedule(cfg, optimizer)
+    sampler = datasets.ShardSampler(len(data.train_y), rank, world, cfg.worker_batch, cfg.seed)
+
+    start, elapsed = 0, 0.0
+    checkpoint_path = out / CHECKPOINT
+    if checkpoint_path.exists():
+        ckpt = load_checkpoint(checkpoint_path, cfg)
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        schedule.load_state_dict(ckpt["schedule"])
+        state.load_state_dict(ckpt["hook_states"][rank])
+        start, elapsed = ckpt["step"], ckpt["seconds"]
+
+    progress = Progress(cfg.steps, start, enabled=cfg.progress and rank == 0)
+    metrics_path = out / "metrics.jsonl"
+    if rank == 0:
+        _truncate_metrics(metrics_path, start)
+    began = time.perf_counter() - elapsed
+    losses: list[float] = []
+    accuracy = math.nan
+    for step in range(start, cfg.steps):
+        x, y = data.train_batch(
+            sampler.batch(step), torch.Generator().manual_seed(rank_seed(cfg.seed + step, rank))
+        )
+        optimizer.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(ddp(x), y)
+        loss.backward()
+        if not state.last_step_skipped:
+            optimizer.step()
+        schedule.step()
+        losses.append(loss.item())
+        done = step + 1
+        if done % cfg.eval_every == 0 or done == cfg.steps:
+            test_loss, accuracy = _evaluate(model, data, rank, world)
+            seconds = time.perf_counter() - began
+            record = {
+                "step": done,
+                "loss": test_loss,
+                "accuracy": accuracy,
+                "train_loss": sum(losses) / len(losses),
+                "bytes_sent": state.stats.bytes_sent,
+                "seconds": seconds,
+            }
+            losses = []
+            _save_checkpoint(cfg, checkpoint_path, model, optimizer, schedule, state, done, seconds)
+            if rank == 0:
+                with metrics_path.open("a") as f:
+                    f.write(json.dumps(record) + "\n")
+                progress.note(
+                    f"step {done}: test accuracy {100 * accuracy:.2f}%, test loss {test_loss:.4f}"
+                )
+        progress.update(done, loss.item(), accuracy, state.stats.bytes_sent)
+    progress.close()
+    if cfg.steps <= start:  # nothing left to train: evaluate what the checkpoint holds
+        _, accuracy = _evaluate(model, data, rank, world)
+    return _finish(cfg, out, state, accuracy, time.perf_counter() - began) if rank == 0 else None
+
+
+def _save_checkpoint(cfg, path, model, optimizer, schedule, state, step, seconds) -> None:
+    """All ranks' hook states go to rank 0, which writes one checkpoint atomically."""
+    hook_states: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(hook_states, state.state_dict())
+    if dist.get_rank() == 0:
+        _atomic_save(
+            {
+                "format": CHECKPOINT_FORMAT,
+                "config": cfg.to_dict(),
+                "step": step,
+                "seconds": seconds,
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "schedule": schedule.state_dict(),
+                "hook_states": hook_states,
+            },
+            path,
+        )
+    dist.barrier()
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Keep the evaluations up to ``step`` (the checkpoint we resume from), drop the rest."""
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
+    _atomic_write_text("".join(line + "\n" for line in kept), path)
+
+
+def _finish(cfg: TrainConfig, out: Path, state, accuracy: float, seconds: float) -> dict:
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    stats = state.stats
+    summary = {
+        "accuracy": accuracy,
+        "best_accuracy": max((m["accuracy"] for m in metrics), default=accuracy),
+        "steps": cfg.steps,
+        "bytes_sent_per_rank": stats.bytes_sent,
+        "bytes_received_per_rank": stats.bytes_received,
+        "bytes_sent_per_step": stats.bytes_sent_per_step,
+        "skipped_steps": stats.skipped_steps,
+        "seconds": seconds,
+        "config": cfg.to_dict(),
+    }
+    _atomic_write_text(json.dumps(summary, indent=2) + "\n", out / "summary.json")
+    from terngrad.train.report import write_curves  # matplotlib: rank 0 only, at the end
+
+    write_curves({cfg.quantizer: metrics}, out / "curves.png", title=_title(cfg))
+    return summary
+
+
+def _title(cfg: TrainConfig) -> str:
+    return (
+        f"{cfg.model} on {cfg.dataset}, {cfg.workers} workers, {cfg.quantizer}/{cfg.topology}, "
+        f"batch {cfg.worker_batch}/worker"
+    )
+
+
+# --------------------------------------------------------------------------- launching
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _threads(cfg: TrainConfig, local_workers: int) -> int:
+    return cfg.workers_threads or max(1, (os.cpu_count() or 1) // local_workers)
+
+
+def _spawned_worker(rank: int, cfg: TrainConfig, port: int, folder: str) -> None:
+    torch.set_num_threads(_threads(cfg, cfg.workers))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=cfg.workers,
+        timeout=datetime.timedelta(minutes=5),
+    )
+    try:
+        summary = train_worker(cfg)
+    finally:
+        dist.destroy_process_group()
+    if summary is not None:
+        Path(folder, "summary.json").write_text(json.dumps(summary))
+
+
+def prepare_out(cfg: TrainConfig) -> Path:
+    """Create ``cfg.out`` (or check it is a writable folder); a clear error otherwise."""
+    out = Path(cfg.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} exists and is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ValueError(f"cannot write into --out {out}: {exc.strerror}") from None
+    if (out / CHECKPOINT).exists():
+        load_checkpoint(out / CHECKPOINT, cfg)  # fail now, not in every worker
+    return out
+
+
+def launch(
+    cfg: TrainConfig,
+    *,
+    nnodes: int = 1,
+    node_rank: int | None = None,
+    rdzv_endpoint: str | None = None,
+) -> dict[str, Any] | None:
+    """Train with ``cfg.workers`` processes on this machine, or hand them to torchrun's agent
+    when ``nnodes > 1`` or a rendezvous endpoint is given. Returns rank 0's summary (``None`` on
+    the other nodes of a cluster)."""
+    prepare_out(cfg)
+    datasets.load(  # a missing data set fails here, once, with its one-line message
+        cfg.dataset, cfg.data_dir, synthetic_shape=models.default_input_shape(cfg.model),
+        synthetic_classes=10, synthetic_size=1,
+    )  # fmt: skip
+    if nnodes == 1 and rdzv_endpoint is None:
+        with tempfile.TemporaryDirectory() as folder:
+            torch.multiprocessing.spawn(
+                _spawned_worker, args=(cfg, _free_port(), folder), nprocs=cfg.workers
+            )
+            return json.loads(Path(folder, "summary.json").read_text())
+    from torch.distributed import run as torchrun
+
+    if cfg.workers % nnodes:
+        raise ValueError(f"--workers {cfg.workers} does not split evenly over {nnodes} nodes")
+    config_file = Path(cfg.out) / "config.json"
+    _atomic_write_text(json.dumps(cfg.to_dict()), config_file)
+    args = [
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={cfg.workers // nnodes}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={rdzv_endpoint or '127.0.0.1:29400'}",
+    ]
+    if node_rank is not None:
+        args.append(f"--node-rank={node_rank}")
+    torchrun.main([*args, "-m", "terngrad.train.trainer", str(config_file)])
+    summary = Path(cfg.out) / "summary.json"
+    return json.loads(summary.read_text()) if summary.exists() else None
+
+
+def _torchrun_worker(config_file: str) -> None:
+    """Entry point of a worker that torchrun started (environment rendezvous)."""
+    cfg = TrainConfig.from_dict(json.loads(Path(config_file).read_text()))
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", cfg.workers))
+    torch.set_num_threads(_threads(cfg, local))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=5))
+    try:
+        train_worker(cfg)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    _torchrun_worker(sys.argv[1])

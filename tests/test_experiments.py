@@ -1,0 +1,61 @@
+"""The paper's experiment definitions and the results table (no training here: see
+test_train.py for real runs)."""
+
+import json
+
+from terngrad.train import experiments
+from terngrad.train.trainer import TrainConfig
+
+
+def test_lenet_uses_the_papers_settings():
+    runs = experiments.lenet("out", 10_000, (2, 4))
+    assert [label for label, _ in runs] == [
+        "fp32, 2 workers", "terngrad, 2 workers", "fp32, 4 workers", "terngrad, 4 workers",
+    ]  # fmt: skip
+    for _, cfg in runs:
+        assert (cfg.model, cfg.dataset, cfg.optimizer, cfg.lr, cfg.momentum) == (
+            "lenet", "mnist", "momentum", 0.01, 0.9,
+        )  # fmt: skip
+        assert cfg.total_batch_size == 64 and cfg.batch_size is None
+        assert (cfg.lr_schedule, cfg.weight_decay, cfg.steps) == ("poly", 5e-4, 10_000)
+        assert not cfg.keep_last_fp32 and cfg.min_numel == 0  # every layer ternarized
+    assert len({cfg.out for _, cfg in runs}) == 4
+
+
+def test_cifar_uses_table_1_settings():
+    (_, fp32), (_, tern) = experiments.cifar("out", "/data", 1000)
+    assert (fp32.model, fp32.dataset, fp32.optimizer, fp32.lr, fp32.batch_size) == (
+        "cifarnet", "cifar10", "adam", 2e-4, 64,
+    )  # fmt: skip
+    assert (fp32.workers, fp32.quantizer, tern.quantizer) == (2, "fp32", "terngrad")
+    assert experiments.fashion("out", None, 10)[0][1].dataset == "fashion"
+
+
+def test_results_table_and_plot(tmp_path):
+    runs = experiments.lenet(str(tmp_path), 4, (2,))
+    summaries = {}
+    for i, (label, cfg) in enumerate(runs):
+        folder = tmp_path / cfg.out
+        folder.mkdir(parents=True, exist_ok=True)
+        metrics = [{"step": s, "loss": 1.0 / s, "accuracy": 0.5 + 0.1 * s} for s in (2, 4)]
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+        summaries[label] = {
+            "accuracy": 0.9 + i / 100,
+            "best_accuracy": 0.95,
+            "bytes_sent_per_step": 1000.0 / (1 + 15 * i),
+            "seconds": 12.0,
+        }
+    text = experiments.write_results("lenet", runs, summaries, tmp_path)
+    assert "| terngrad, 2 workers | 91.00% | 95.00% | 62 | 16.0x | 12 |" in text
+    assert "| fp32, 2 workers | 90.00% |" in text
+    assert "99.1–99.35%" in text  # the paper's figure beside ours
+    assert (tmp_path / "results.md").read_text() == text
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((tmp_path / "results.json").read_text()) == summaries
+
+
+def test_demo_is_lenet_fp32_against_terngrad_on_4_workers():
+    runs = experiments.demo("out", 50)
+    assert [cfg.quantizer for _, cfg in runs] == ["fp32", "terngrad"]
+    assert all(isinstance(cfg, TrainConfig) and cfg.workers == 4 for _, cfg in runs)
+    assert all(cfg.steps == 50 for _, cfg in runs)

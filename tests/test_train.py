@@ -1,0 +1,85 @@
+"""`terngrad train`: a real 2-worker run writes every output; it resumes from its checkpoint."""
+
+import json
+
+import pytest
+import torch
+
+from terngrad.cli import main
+from terngrad.train.trainer import CHECKPOINT, TrainConfig
+
+ARGS = ["train", "--model", "lenet", "--dataset", "mnist", "--workers", "2", "--quiet",
+        "--total-batch-size", "32", "--eval-every", "2"]  # fmt: skip
+
+
+def _metrics(out):
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_two_worker_run_writes_all_outputs_and_resumes(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main([*ARGS, "--steps", "4", "--out", str(out)]) == 0
+    assert "test accuracy" in capsys.readouterr().out
+    for name in ("metrics.jsonl", "summary.json", CHECKPOINT, "curves.png"):
+        assert (out / name).stat().st_size > 0, name
+    first = _metrics(out)
+    assert [m["step"] for m in first] == [2, 4]
+    assert set(first[0]) == {"step", "loss", "accuracy", "train_loss", "bytes_sent", "seconds"}
+    assert first[1]["bytes_sent"] > first[0]["bytes_sent"] > 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["workers"] == 2 and summary["steps"] == 4
+    assert 0 <= summary["accuracy"] <= 1
+    ckpt = torch.load(out / CHECKPOINT, weights_only=True)
+    assert ckpt["step"] == 4 and len(ckpt["hook_states"]) == 2
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+    # the same command with more steps resumes at step 4 and keeps the first evaluations
+    assert main([*ARGS, "--steps", "6", "--out", str(out)]) == 0
+    resumed = _metrics(out)
+    assert [m["step"] for m in resumed] == [2, 4, 6]
+    assert resumed[:2] == first
+    assert torch.load(out / CHECKPOINT, weights_only=True)["step"] == 6
+    assert json.loads((out / "summary.json").read_text())["steps"] == 6
+
+    # a different run into the same folder is refused, and nothing there is touched
+    before = (out / CHECKPOINT).read_bytes()
+    with pytest.raises(SystemExit) as exc:
+        main([*ARGS, "--steps", "6", "--lr", "0.5", "--out", str(out)])
+    assert exc.value.code == 2
+    assert "belongs to a different run (lr=0.01 there, 0.5 now)" in capsys.readouterr().err
+    assert (out / CHECKPOINT).read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--dataset", "cifar10"], "CIFAR-10 needs --data-dir"),
+        (["--total-batch-size", "33"], "does not split evenly over 2 workers"),
+        (["--quantizer", "qsgd", "--levels", "4"], "levels must be odd"),
+    ],
+)
+def test_bad_runs_fail_before_training(tmp_path, capsys, extra, message):
+    with pytest.raises(SystemExit) as exc:
+        main([*ARGS, "--steps", "2", "--out", str(tmp_path / "x"), *extra])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_unwritable_out(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("keep me")
+    with pytest.raises(SystemExit) as exc:
+        main([*ARGS, "--steps", "2", "--out", str(blocker)])
+    assert exc.value.code == 2 and "is not a folder" in capsys.readouterr().err
+    assert blocker.read_text() == "keep me"
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="exactly one of batch-size"):
+        TrainConfig(out="x", batch_size=None, total_batch_size=None)
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        TrainConfig(out="x", optimizer="lbfgs")
+    cfg = TrainConfig(out="x", total_batch_size=64, batch_size=None, workers=4)
+    assert cfg.worker_batch == 16
+    assert TrainConfig.from_dict(cfg.to_dict()) == cfg
