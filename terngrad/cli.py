@@ -178,34 +178,24 @@ def demo(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- parser
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+def _number(kind: type, minimum: float, strict: bool, what: str):
+    """An argparse type: ``kind`` (int or float) at least (or, if ``strict``, above) ``minimum``."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < minimum or (strict and value == minimum):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
+        return value
+
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
-    return value
+_positive_int = _number(int, 1, False, "a positive integer")
+_non_negative_int = _number(int, 0, False, "an integer >= 0")
+_positive_float = _number(float, 0.0, True, "a positive number")
 
 
 def _add_train_arguments(p: argparse.ArgumentParser) -> None:
@@ -264,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("demo", help="LeNet on MNIST, 4 workers, fp32 against TernGrad")
-    p.add_argument("--steps", type=_positive_int, default=300, help="steps per run (300)")
+    p.add_argument("--steps", type=_positive_int, default=500, help="steps per run (500)")
     p.add_argument("--out", default="runs/demo", help="output folder (runs/demo)")
     p.set_defaults(func=demo)
 

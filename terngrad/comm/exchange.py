@@ -142,17 +142,28 @@ class Exchange(ABC):
         """The mean over all ranks of ``flat`` (float32, 1-D, in ``layout``), identical on every
         rank. ``generator`` draws this rank's random rounding; ``key`` names the bucket for
         server-side error feedback."""
-        if isinstance(self.quantizer, SymmetricGrid):
-            return self._reduce_codes(flat, layout, generator)
+        q = self.quantizer
+        if isinstance(q, SymmetricGrid):
+            shared = self._share_scales(flat, layout)
+            if shared is None:
+                return Result(None, None)
+            _, digits = q.quantize(flat, layout, generator, scale=shared)
+            codes = digits - q.m
+            mean = q.decode_codes(shared, self._sum_codes(codes), layout, self.link.size)
+            return Result(mean, q.decode_codes(shared, codes, layout))
+        if not self._all_finite(flat):
+            return Result(None, None)
         return self._reduce_messages(flat, layout, generator, key)
 
     @abstractmethod
-    def _reduce_codes(self, flat, layout, generator) -> Result:
-        """Shared-grid quantizers: exact integer sums of codes."""
+    def _sum_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        """Shared-grid quantizers: the exact sum over all ranks of their signed codes (this rank
+        gives ``codes``), the same on every rank."""
 
     @abstractmethod
     def _reduce_messages(self, flat, layout, generator, key) -> Result:
-        """Other quantizers: decode, average, re-quantize where the average travels on."""
+        """Other quantizers (every rank's gradient is finite): decode, average, and re-quantize
+        where the average travels on."""
 
     # --- helpers shared by the topologies
 
@@ -172,13 +183,6 @@ class Exchange(ABC):
         """True if every rank's gradient is finite (one all-reduce of a flag)."""
         flag = torch.tensor([0.0 if bool(torch.isfinite(flat).all()) else 1.0], device=flat.device)
         return float(self.link.all_reduce(flag, dist.ReduceOp.MAX)) == 0.0
-
-    def _grid_codes(self, flat, layout, generator, shared):
-        """This rank's signed codes on the shared grid and what they decode to."""
-        q = self.quantizer
-        _, digits = q.quantize(flat, layout, generator, scale=shared)
-        codes = digits - q.m
-        return codes, q.decode_codes(shared, codes, layout)
 
     def _mean(self, values: list[torch.Tensor]) -> torch.Tensor:
         """Sum in rank order, then divide: the same bits wherever it is computed."""
@@ -218,33 +222,28 @@ class ShardedExchange(Exchange, name="sharded"):
     against 2 (N-1)/N d 32 bits for a ring all-reduce in fp32.
     """
 
-    def _reduce_codes(self, flat, layout, generator):
-        link, q = self.link, self.quantizer
-        shared = self._share_scales(flat, layout)
-        if shared is None:
-            return Result(None, None)
-        codes, own = self._grid_codes(flat, layout, generator, shared)
-        bounds = shard_bounds(flat.numel(), link.size)
+    def _sum_codes(self, codes):
+        link, method, m = self.link, self.quantizer.method_id, self.quantizer.m
+        bounds = shard_bounds(codes.numel(), link.size)
         lo, hi = bounds[link.rank]
-        frames = [codes_frame(q.method_id, codes[a:b], 1, q.m) for a, b in bounds]
-        received = link.all_to_all(frames, [codes_frame_nbytes(hi - lo, 1, q.m)] * link.size)
-        total = sum(read_codes(f, q.method_id, hi - lo, 1, q.m, r) for r, f in enumerate(received))
-        gathered = link.all_gather(
-            codes_frame(q.method_id, total, link.size, q.m),
-            [codes_frame_nbytes(b - a, link.size, q.m) for a, b in bounds],
+        received = link.all_to_all(
+            [codes_frame(method, codes[a:b], 1, m) for a, b in bounds],
+            [codes_frame_nbytes(hi - lo, 1, m)] * link.size,
         )
-        code_sum = torch.cat(
+        total = sum(read_codes(f, method, hi - lo, 1, m, r) for r, f in enumerate(received))
+        gathered = link.all_gather(
+            codes_frame(method, total, link.size, m),
+            [codes_frame_nbytes(b - a, link.size, m) for a, b in bounds],
+        )
+        return torch.cat(
             [
-                read_codes(f, q.method_id, b - a, link.size, q.m, r)
+                read_codes(f, method, b - a, link.size, m, r)
                 for r, (f, (a, b)) in enumerate(zip(gathered, bounds, strict=True))
             ]
         )
-        return Result(q.decode_codes(shared, code_sum, layout, link.size), own)
 
     def _reduce_messages(self, flat, layout, generator, key):
         link, q = self.link, self.quantizer
-        if not self._all_finite(flat):
-            return Result(None, None)
         bounds = shard_bounds(flat.numel(), link.size)
         parts = [layout.slice(a, b) for a, b in bounds]
         messages = [
@@ -286,26 +285,19 @@ class ParameterServerExchange(Exchange, name="ps"):
 
     root = 0
 
-    def _reduce_codes(self, flat, layout, generator):
-        link, q = self.link, self.quantizer
-        shared = self._share_scales(flat, layout)
-        if shared is None:
-            return Result(None, None)
-        codes, own = self._grid_codes(flat, layout, generator, shared)
-        d, n = flat.numel(), link.size
-        gathered = link.gather(codes_frame(q.method_id, codes, 1, q.m), self.root)
+    def _sum_codes(self, codes):
+        link, method, m = self.link, self.quantizer.method_id, self.quantizer.m
+        d, n = codes.numel(), link.size
+        gathered = link.gather(codes_frame(method, codes, 1, m), self.root)
         result = None
         if gathered is not None:
-            total = sum(read_codes(f, q.method_id, d, 1, q.m, r) for r, f in enumerate(gathered))
-            result = codes_frame(q.method_id, total, n, q.m)
-        frame = link.broadcast(result, codes_frame_nbytes(d, n, q.m), self.root, flat.device)
-        code_sum = read_codes(frame, q.method_id, d, n, q.m, self.root)
-        return Result(q.decode_codes(shared, code_sum, layout, n), own)
+            total = sum(read_codes(f, method, d, 1, m, r) for r, f in enumerate(gathered))
+            result = codes_frame(method, total, n, m)
+        frame = link.broadcast(result, codes_frame_nbytes(d, n, m), self.root, codes.device)
+        return read_codes(frame, method, d, n, m, self.root)
 
     def _reduce_messages(self, flat, layout, generator, key):
         link, q = self.link, self.quantizer
-        if not self._all_finite(flat):
-            return Result(None, None)
         d = flat.numel()
         message = q.encode(flat, generator, segments=layout.segments)
         gathered = link.gather(message.to_frame(), self.root)
@@ -322,23 +314,16 @@ class AllGatherExchange(Exchange, name="allgather"):
     """Every rank gathers every rank's message and aggregates locally: one collective after
     the scales, no re-quantization, but each rank receives (N-1) d b bits, growing with N."""
 
-    def _reduce_codes(self, flat, layout, generator):
-        link, q = self.link, self.quantizer
-        shared = self._share_scales(flat, layout)
-        if shared is None:
-            return Result(None, None)
-        codes, own = self._grid_codes(flat, layout, generator, shared)
-        d = flat.numel()
+    def _sum_codes(self, codes):
+        link, method, m = self.link, self.quantizer.method_id, self.quantizer.m
+        d = codes.numel()
         gathered = link.all_gather(
-            codes_frame(q.method_id, codes, 1, q.m), [codes_frame_nbytes(d, 1, q.m)] * link.size
+            codes_frame(method, codes, 1, m), [codes_frame_nbytes(d, 1, m)] * link.size
         )
-        total = sum(read_codes(f, q.method_id, d, 1, q.m, r) for r, f in enumerate(gathered))
-        return Result(q.decode_codes(shared, total, layout, link.size), own)
+        return sum(read_codes(f, method, d, 1, m, r) for r, f in enumerate(gathered))
 
     def _reduce_messages(self, flat, layout, generator, key):
         link, q = self.link, self.quantizer
-        if not self._all_finite(flat):
-            return Result(None, None)
         d = flat.numel()
         message = q.encode(flat, generator, segments=layout.segments)
         gathered = link.all_gather(

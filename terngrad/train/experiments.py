@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from terngrad.train.files import atomic_write_text
 from terngrad.train.report import markdown_table, write_curves
 from terngrad.train.trainer import TrainConfig, launch, prepare_out
 
@@ -59,7 +60,7 @@ def fashion(out: str, data_dir: str | None, steps: int = 5_000, workers=(2,)) ->
     return _convnet(out, "fashion", data_dir, steps, workers)
 
 
-def demo(out: str, steps: int = 300) -> list:
+def demo(out: str, steps: int = 500) -> list:
     """The main job on the bundled data: LeNet on MNIST with the paper's LeNet settings,
     4 workers, fp32 against TernGrad, for a short budget."""
     return _grid(_lenet_settings(out, steps), (4,))
@@ -120,13 +121,13 @@ def write_results(name: str, runs, summaries: dict[str, dict[str, Any]], out: Pa
         "(fp32 runs through the same sharded exchange, which moves what a ring all-reduce "
         "does). Times are wall-clock on this machine, all workers sharing its cores.\n"
     )
-    (out / "results.md").write_text(text)
+    atomic_write_text(out / "results.md", text)
     curves = {
         label: [json.loads(line) for line in (Path(cfg.out) / "metrics.jsonl").open()]
         for label, cfg in runs
     }
     write_curves(curves, out / "curves.png", title=f"{name}: {first.model} on {first.dataset}")
-    (out / "results.json").write_text(json.dumps(summaries, indent=2))
+    atomic_write_text(out / "results.json", json.dumps(summaries, indent=2))
     return text
 
 

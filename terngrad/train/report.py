@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import matplotlib
+
+from terngrad.train.files import atomic_write
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
@@ -30,14 +30,8 @@ def write_curves(runs: dict[str, list[dict[str, Any]]], path: Path, title: str =
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))
     finally:
         plt.close(fig)
 

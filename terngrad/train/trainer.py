@@ -38,6 +38,7 @@ from terngrad import quantize
 from terngrad.comm import TOPOLOGIES, rank_seed
 from terngrad.train import data as datasets
 from terngrad.train import models
+from terngrad.train.files import atomic_write, atomic_write_text
 from terngrad.train.progress import Progress
 
 CHECKPOINT = "checkpoint.pt"
@@ -161,33 +162,6 @@ def _evaluate(model: nn.Module, data: datasets.DataSet, rank: int, world: int):
     return float(totals[0] / totals[2]), float(totals[1] / totals[2])
 
 
-def _atomic_save(obj: Any, path: Path) -> None:
-    """Write ``obj`` to ``path`` so that a crash leaves the old file or the new one, whole."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _atomic_write_text(text: str, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def load_checkpoint(path: Path, cfg: TrainConfig) -> dict[str, Any]:
     """A checkpoint of the same run (fields other than ``RESUMABLE_CHANGES`` must match)."""
     try:
@@ -301,19 +275,17 @@ def _save_checkpoint(cfg, path, model, optimizer, schedule, state, step, seconds
     hook_states: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(hook_states, state.state_dict())
     if dist.get_rank() == 0:
-        _atomic_save(
-            {
-                "format": CHECKPOINT_FORMAT,
-                "config": cfg.to_dict(),
-                "step": step,
-                "seconds": seconds,
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "schedule": schedule.state_dict(),
-                "hook_states": hook_states,
-            },
-            path,
-        )
+        checkpoint = {
+            "format": CHECKPOINT_FORMAT,
+            "config": cfg.to_dict(),
+            "step": step,
+            "seconds": seconds,
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "schedule": schedule.state_dict(),
+            "hook_states": hook_states,
+        }
+        atomic_write(path, lambda f: torch.save(checkpoint, f))
     dist.barrier()
 
 
@@ -322,7 +294,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
     if not path.exists():
         return
     kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
-    _atomic_write_text("".join(line + "\n" for line in kept), path)
+    atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
 def _finish(cfg: TrainConfig, out: Path, state, accuracy: float, seconds: float) -> dict:
@@ -339,7 +311,7 @@ def _finish(cfg: TrainConfig, out: Path, state, accuracy: float, seconds: float)
         "seconds": seconds,
         "config": cfg.to_dict(),
     }
-    _atomic_write_text(json.dumps(summary, indent=2) + "\n", out / "summary.json")
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     from terngrad.train.report import write_curves  # matplotlib: rank 0 only, at the end
 
     write_curves({cfg.quantizer: metrics}, out / "curves.png", title=_title(cfg))
@@ -426,7 +398,7 @@ def launch(
     if cfg.workers % nnodes:
         raise ValueError(f"--workers {cfg.workers} does not split evenly over {nnodes} nodes")
     config_file = Path(cfg.out) / "config.json"
-    _atomic_write_text(json.dumps(cfg.to_dict()), config_file)
+    atomic_write_text(config_file, json.dumps(cfg.to_dict()))
     args = [
         f"--nnodes={nnodes}",
         f"--nproc-per-node={cfg.workers // nnodes}",

@@ -1,0 +1,28 @@
+"""Writing files so that nothing is ever half-written."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Call ``write`` on a temporary file beside ``path``, fsync it, then rename it over
+    ``path``: a crash at any point leaves the old file or the new one, whole."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write(path, lambda f: f.write(text.encode()))
