@@ -254,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("demo", help="LeNet on MNIST, 4 workers, fp32 against TernGrad")
-    p.add_argument("--steps", type=_positive_int, default=500, help="steps per run (500)")
+    p.add_argument("--steps", type=_positive_int, default=800, help="steps per run (800)")
     p.add_argument("--out", default="runs/demo", help="output folder (runs/demo)")
     p.set_defaults(func=demo)
 

@@ -60,7 +60,7 @@ def fashion(out: str, data_dir: str | None, steps: int = 5_000, workers=(2,)) ->
     return _convnet(out, "fashion", data_dir, steps, workers)
 
 
-def demo(out: str, steps: int = 500) -> list:
+def demo(out: str, steps: int = 800) -> list:
     """The main job on the bundled data: LeNet on MNIST with the paper's LeNet settings,
     4 workers, fp32 against TernGrad, for a short budget."""
     return _grid(_lenet_settings(out, steps), (4,))
@@ -133,5 +133,9 @@ def write_results(name: str, runs, summaries: dict[str, dict[str, Any]], out: Pa
 
 def _tern_settings(cfg: TrainConfig) -> str:
     options = cfg.quantizer_options or {"clip": 2.5}
-    last = "last layer fp32" if cfg.keep_last_fp32 else "every layer ternarized"
-    return f"{options}, {cfg.topology} exchange, {last}, tensors under {cfg.min_numel} kept fp32"
+    if not cfg.keep_last_fp32 and not cfg.min_numel:
+        kept = "every tensor ternarized"
+    else:
+        last = "the last layer and " if cfg.keep_last_fp32 else ""
+        kept = f"{last}tensors under {cfg.min_numel} elements kept fp32"
+    return f"{options}, {cfg.topology} exchange, {kept}"

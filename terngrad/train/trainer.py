@@ -256,13 +256,13 @@ def train_worker(cfg: TrainConfig) -> dict[str, Any] | None:
                 "seconds": seconds,
             }
             losses = []
-            _save_checkpoint(cfg, checkpoint_path, model, optimizer, schedule, state, done, seconds)
-            if rank == 0:
-                with metrics_path.open("a") as f:
+            if rank == 0:  # first the record, then the checkpoint: a crash between the two
+                with metrics_path.open("a") as f:  # leaves a record that resuming drops again
                     f.write(json.dumps(record) + "\n")
                 progress.note(
                     f"step {done}: test accuracy {100 * accuracy:.2f}%, test loss {test_loss:.4f}"
                 )
+            _save_checkpoint(cfg, checkpoint_path, model, optimizer, schedule, state, done, seconds)
         progress.update(done, loss.item(), accuracy, state.stats.bytes_sent)
     progress.close()
     if cfg.steps <= start:  # nothing left to train: evaluate what the checkpoint holds
