@@ -19,11 +19,6 @@ import torch
 
 from terngrad import __version__, quantize
 
-
-class CommandError(Exception):
-    """A problem with what the user asked for: one line, exit status 2."""
-
-
 # --------------------------------------------------------------------------- bench quantizers
 
 
@@ -287,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.func(args)
-    except (CommandError, ValueError, DataMissing) as exc:
+    except (ValueError, DataMissing) as exc:  # what the user asked for: one line, status 2
         parser.exit(2, f"terngrad: error: {exc}\n")
     except torch.multiprocessing.ProcessRaisedException as exc:
         last = str(exc).strip().splitlines()[-1]
