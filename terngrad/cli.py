@@ -11,66 +11,38 @@ Bad arguments print one line and exit with status 2; a failed worker exits with 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-import time
 from typing import Any
 
 import torch
 
 from terngrad import __version__, quantize
 
-# --------------------------------------------------------------------------- bench quantizers
-
-
-def _demo_gradient(numel: int, seed: int) -> torch.Tensor:
-    """A bell-shaped gradient with a heavy tail, like the layer histograms of TernGrad Fig. 2:
-    Gaussian values with 1 % of them drawn 10x wider."""
-    gen = torch.Generator().manual_seed(seed)
-    g = torch.randn(numel, generator=gen) * 1e-3
-    wide = torch.rand(numel, generator=gen) < 0.01
-    return torch.where(wide, g * 10, g)
-
-
-def _time(fn, repeats: int) -> float:
-    fn()  # warm-up
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+# --------------------------------------------------------------------------- benchmarks
 
 
 def bench_quantizers(args: argparse.Namespace) -> int:
-    g = _demo_gradient(args.numel, args.seed)
-    norm2 = float(g.double().square().sum())
-    print(
-        f"terngrad {__version__}: every quantizer on one synthetic gradient of {args.numel:,} "
-        f"float32 elements\n(bell-shaped with a 1 % heavy tail; seed {args.seed}; "
-        f"times are the best of {args.repeats} runs on this machine)\n"
-    )
-    header = (
-        f"{'method':<12}{'bytes':>12}{'bits/elem':>11}{'vs fp32':>9}"
-        f"{'E|Q-g|^2/|g|^2':>16}{'encode ms':>11}{'decode ms':>11}"
-    )
-    print(header)
-    print("-" * len(header))
-    fp32_bytes = quantize.get("fp32").encode(g).nbytes
-    for name in quantize.names():
-        q = quantize.get(name)
-        gen = torch.Generator().manual_seed(args.seed)
-        enc = q.encode(g, generator=gen)
-        t_enc = _time(lambda q=q, gen=gen: q.encode(g, generator=gen), args.repeats)
-        t_dec = _time(lambda q=q, enc=enc: q.decode(enc), args.repeats)
-        print(
-            f"{name:<12}{enc.nbytes:>12,}{enc.bits_per_element:>11.3f}"
-            f"{fp32_bytes / enc.nbytes:>8.1f}x{q.variance(g) / norm2:>16.4f}"
-            f"{1e3 * t_enc:>11.1f}{1e3 * t_dec:>11.1f}"
-        )
-    print(
-        "\nDefaults: terngrad clips at 2.5 sigma, one scale per tensor, base-3 packing; "
-        "qsgd/linear/orq use 5 levels in buckets of 512."
-    )
+    from terngrad.bench.quantizers import report
+
+    print(f"terngrad {__version__}: " + report(args.numel, args.seed, args.repeats))
+    return 0
+
+
+def bench_codec(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from terngrad.bench import codec
+    from terngrad.train.files import atomic_write_text
+
+    rows = []
+    for numel in args.sizes:
+        print(f"measuring {numel:,} elements ...", file=sys.stderr, flush=True)
+        rows += codec.measure(numel, args.repeats, args.workers)
+    print(codec.table(rows))
+    if args.json:
+        atomic_write_text(Path(args.json), json.dumps(rows, indent=2) + "\n")
+        print(f"Written: {args.json}")
     return 0
 
 
@@ -272,6 +244,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=0, help="random seed")
     b.add_argument("--repeats", type=_positive_int, default=3, help="timing repeats")
     b.set_defaults(func=bench_quantizers)
+    b = bench.add_parser("codec", help="encode/decode/owner-sum time against tensor.half()")
+    b.add_argument(
+        "--sizes", type=_positive_int, nargs="+", default=[1_000_000, 25_000_000, 100_000_000],
+        help="tensor sizes (1000000 25000000 100000000)",
+    )  # fmt: skip
+    b.add_argument("--repeats", type=_positive_int, default=5, help="timed calls (median)")
+    b.add_argument("--workers", type=_positive_int, default=4, help="N for the owner's sum")
+    b.add_argument("--json", help="also write the rows to this JSON file")
+    b.set_defaults(func=bench_codec)
     return parser
 
 

@@ -1,5 +1,6 @@
 """The command line: `terngrad bench quantizers` reports every quantizer; bad arguments exit 2."""
 
+import json
 import subprocess
 import sys
 
@@ -46,3 +47,17 @@ def test_console_script_entry_point():
         [sys.executable, "-m", "terngrad.cli", "--version"], capture_output=True, text=True
     )
     assert result.returncode == 0 and result.stdout.startswith("terngrad ")
+
+
+def test_bench_codec_table_and_json(tmp_path, capsys):
+    out = tmp_path / "codec.json"
+    argv = ["bench", "codec", "--sizes", "1000", "4001", "--repeats", "1", "--json", str(out)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    for op in ("half()", "clone()", "terngrad encode", "terngrad decode", "owner sum, 4 workers"):
+        assert op in text
+    rows = json.loads(out.read_text())
+    assert len(rows) == 10 and {r["numel"] for r in rows} == {1000, 4001}
+    owner = next(r for r in rows if r["op"].startswith("owner") and r["numel"] == 4001)
+    assert owner["input_numel"] == 1001  # the first of 4 shards of 4001 elements
+    assert all(r["seconds"] > 0 for r in rows)

@@ -1,0 +1,1 @@
+"""Benchmarks: codec timings against ``tensor.half()`` and the quantizer comparison."""
