@@ -26,6 +26,11 @@ def local_gradient(rank: int) -> torch.Tensor:
     return torch.randn(sum(SEGMENTS), generator=gen) * (1 + rank)
 
 
+def draws(rank: int, numel: int) -> torch.Tensor:
+    """The uniform draws rank ``rank`` rounds with in the exchange scenarios."""
+    return torch.rand(numel, generator=torch.Generator().manual_seed(rank_seed(7, rank)))
+
+
 def exchanges(rank: int, world: int) -> dict:
     """Every topology with grid and message quantizers on one flat gradient per rank."""
     link = Link(dist.new_group())
@@ -37,9 +42,10 @@ def exchanges(rank: int, world: int) -> dict:
         for topology in TOPOLOGIES:
             for aggregate in ("requantize", "fp16") if name == "linear" else ("requantize",):
                 exchange = make_exchange(topology, q, link, aggregate)
-                gen = torch.Generator().manual_seed(rank_seed(7, rank))
+                uniform = draws(rank, g.numel()) if q.stochastic else None
+                gen = torch.Generator().manual_seed(rank_seed(8, rank))  # re-quantization
                 sent, received = link.counter.sent, link.counter.received
-                result = exchange.reduce(g, layout, gen, key="bucket")
+                result = exchange.reduce(g, layout, uniform, gen, key="bucket")
                 out[(name, str(options), topology, aggregate)] = {
                     "mean": result.mean,
                     "own": result.own,
@@ -53,7 +59,7 @@ def exchanges(rank: int, world: int) -> dict:
         for topology in TOPOLOGIES:
             q = quantize.get(name)
             result = make_exchange(topology, q, link).reduce(
-                bad, Layout.of(g.numel(), SEGMENTS, q.bucket_size), None
+                bad, Layout.of(g.numel(), SEGMENTS, q.bucket_size), None, None
             )
             out[("nan", name, topology)] = result.mean
     return out

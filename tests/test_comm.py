@@ -8,7 +8,7 @@ import torch
 from distributed import run
 
 from terngrad import quantize
-from terngrad.comm import TOPOLOGIES, rank_seed, shard_bounds
+from terngrad.comm import TOPOLOGIES, shard_bounds
 from terngrad.comm.exchange import codes_frame_nbytes
 from terngrad.quantize import Layout
 
@@ -26,7 +26,7 @@ def _expected_grid_mean(name, options, world):
     layout = Layout.of(grads[0].numel(), w.SEGMENTS, q.bucket_size)
     shared = torch.stack([q.local_scales(g, w.SEGMENTS) for g in grads]).amax(0)
     codes = [
-        q.quantize(g, layout, torch.Generator().manual_seed(rank_seed(7, r)), scale=shared)[1] - q.m
+        q.quantize(g, layout, scale=shared, uniform=w.draws(r, g.numel()))[1] - q.m
         for r, g in enumerate(grads)
     ]
     mean = q.decode_codes(shared, sum(codes), layout, world)

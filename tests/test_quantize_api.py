@@ -268,3 +268,29 @@ def test_message_nbytes_predicts_encode(name):
     for numel, segments in [(0, None), (1, None), (999, None), (3000, [1000, 7, 0, 1993])]:
         enc = q.encode(torch.randn(numel, generator=_gen()), segments=segments)
         assert q.message_nbytes(numel, segments) == enc.nbytes == enc.to_frame().numel()
+
+
+@pytest.mark.parametrize("name", ["terngrad", "qsgd", "linear", "orq", "bingrad-pb"])
+def test_given_uniform_draws_replace_the_generator(name):
+    q = quantize.get(name)
+    g = torch.randn(3000, generator=_gen())
+    u = torch.rand(3000, generator=_gen(5))
+    by_generator = q.encode(g, generator=_gen(5))
+    by_uniform = q.encode(g, uniform=u)
+    assert torch.equal(by_generator.payload, by_uniform.payload)
+    # the draws decide: draws of 0 always round away from the lower level, draws near 1 never
+    up = q.decode(q.encode(g, uniform=torch.zeros(3000)))
+    down = q.decode(q.encode(g, uniform=torch.full((3000,), 1 - 2**-24)))
+    assert not torch.equal(up, down)
+    with pytest.raises(ValueError, match="uniform must be a float32 tensor of 3000 draws"):
+        q.encode(g, uniform=torch.rand(10))
+    with pytest.raises(ValueError, match="uniform must be a float32 tensor"):
+        q.encode(g, uniform=torch.rand(3000, dtype=torch.float64))
+
+
+def test_stream_seeds_differ():
+    from terngrad.comm import stream_seed
+
+    seeds = {stream_seed(s, r, t, i) for s in (0, 1) for r in range(4) for t in range(50)
+             for i in range(10)}  # fmt: skip
+    assert len(seeds) == 2 * 4 * 50 * 10 and all(0 <= x < 2**63 for x in seeds)

@@ -13,7 +13,14 @@ from terngrad.comm.exchange import (
     make_exchange,
     shard_bounds,
 )
-from terngrad.comm.hook import HookState, Stats, last_layer_names, rank_seed, register
+from terngrad.comm.hook import (
+    HookState,
+    Stats,
+    last_layer_names,
+    rank_seed,
+    register,
+    stream_seed,
+)
 from terngrad.comm.link import ByteCounter, Link
 from terngrad.comm.memory import ErrorFeedback
 from terngrad.comm.synchronizer import Synchronizer
@@ -38,4 +45,5 @@ __all__ = [
     "rank_seed",
     "register",
     "shard_bounds",
+    "stream_seed",
 ]

@@ -58,6 +58,10 @@ class Result:
     own: torch.Tensor | None
 
 
+def _part(uniform: torch.Tensor | None, start: int, stop: int) -> torch.Tensor | None:
+    return None if uniform is None else uniform[start:stop]
+
+
 def shard_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
     """``parts`` contiguous shards of ``numel`` elements, sizes differing by at most one."""
     base, extra = divmod(numel, parts)
@@ -136,24 +140,26 @@ class Exchange(ABC):
         self,
         flat: torch.Tensor,
         layout: Layout,
+        uniform: torch.Tensor | None,
         generator: torch.Generator | None,
         key: Hashable = None,
     ) -> Result:
         """The mean over all ranks of ``flat`` (float32, 1-D, in ``layout``), identical on every
-        rank. ``generator`` draws this rank's random rounding; ``key`` names the bucket for
-        server-side error feedback."""
+        rank. ``uniform`` holds this rank's random draws for rounding ``flat`` (one per element;
+        ``None``: drawn from ``generator``); ``generator`` also draws any re-quantization of an
+        aggregate; ``key`` names the bucket for server-side error feedback."""
         q = self.quantizer
         if isinstance(q, SymmetricGrid):
             shared = self._share_scales(flat, layout)
             if shared is None:
                 return Result(None, None)
-            _, digits = q.quantize(flat, layout, generator, scale=shared)
+            _, digits = q.quantize(flat, layout, generator, scale=shared, uniform=uniform)
             codes = digits - q.m
             mean = q.decode_codes(shared, self._sum_codes(codes), layout, self.link.size)
             return Result(mean, q.decode_codes(shared, codes, layout))
         if not self._all_finite(flat):
             return Result(None, None)
-        return self._reduce_messages(flat, layout, generator, key)
+        return self._reduce_messages(flat, layout, uniform, generator, key)
 
     @abstractmethod
     def _sum_codes(self, codes: torch.Tensor) -> torch.Tensor:
@@ -161,7 +167,7 @@ class Exchange(ABC):
         gives ``codes``), the same on every rank."""
 
     @abstractmethod
-    def _reduce_messages(self, flat, layout, generator, key) -> Result:
+    def _reduce_messages(self, flat, layout, uniform, generator, key) -> Result:
         """Other quantizers (every rank's gradient is finite): decode, average, and re-quantize
         where the average travels on."""
 
@@ -242,12 +248,12 @@ class ShardedExchange(Exchange, name="sharded"):
             ]
         )
 
-    def _reduce_messages(self, flat, layout, generator, key):
+    def _reduce_messages(self, flat, layout, uniform, generator, key):
         link, q = self.link, self.quantizer
         bounds = shard_bounds(flat.numel(), link.size)
         parts = [layout.slice(a, b) for a, b in bounds]
         messages = [
-            q.encode(flat[a:b], generator, segments=part.segments)
+            q.encode(flat[a:b], generator, segments=part.segments, uniform=_part(uniform, a, b))
             for (a, b), part in zip(bounds, parts, strict=True)
         ]
         own = torch.cat([q.decode(m).reshape(-1) for m in messages])
@@ -296,10 +302,10 @@ class ParameterServerExchange(Exchange, name="ps"):
         frame = link.broadcast(result, codes_frame_nbytes(d, n, m), self.root, codes.device)
         return read_codes(frame, method, d, n, m, self.root)
 
-    def _reduce_messages(self, flat, layout, generator, key):
+    def _reduce_messages(self, flat, layout, uniform, generator, key):
         link, q = self.link, self.quantizer
         d = flat.numel()
-        message = q.encode(flat, generator, segments=layout.segments)
+        message = q.encode(flat, generator, segments=layout.segments, uniform=uniform)
         gathered = link.gather(message.to_frame(), self.root)
         result = None
         if gathered is not None:
@@ -322,10 +328,10 @@ class AllGatherExchange(Exchange, name="allgather"):
         )
         return sum(read_codes(f, method, d, 1, m, r) for r, f in enumerate(gathered))
 
-    def _reduce_messages(self, flat, layout, generator, key):
+    def _reduce_messages(self, flat, layout, uniform, generator, key):
         link, q = self.link, self.quantizer
         d = flat.numel()
-        message = q.encode(flat, generator, segments=layout.segments)
+        message = q.encode(flat, generator, segments=layout.segments, uniform=uniform)
         gathered = link.all_gather(
             message.to_frame(), [q.message_nbytes(d, layout.segments)] * link.size
         )

@@ -42,6 +42,21 @@ def rank_seed(seed: int, rank: int) -> int:
     return (seed * 1_000_003 + rank) % 2**63
 
 
+_MASK64 = 2**64 - 1
+
+
+def stream_seed(*parts: int) -> int:
+    """A 63-bit seed mixed from integers (splitmix64's finaliser after each), so that the
+    streams of different (seed, rank, step, parameter) tuples are unrelated."""
+    x = 0
+    for part in parts:
+        x = (x + (part & _MASK64) + 0x9E3779B97F4A7C15) & _MASK64
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+        x ^= x >> 31
+    return x >> 1
+
+
 def last_layer_names(module: nn.Module) -> set[str]:
     """Names of the parameters of the last submodule (in definition order) that owns any:
     the classifier of the usual model."""
@@ -82,6 +97,7 @@ class _Plan:
     """How one bucket's flat buffer splits into quantized and fp32 parameters."""
 
     names: tuple[str, ...]  # quantized parameters, in buffer order
+    indices: tuple[int, ...]  # their positions in the model's parameter list
     sizes: tuple[int, ...]
     quantized: tuple[tuple[int, int], ...]  # (offset, numel) in the buffer
     excluded: tuple[tuple[int, int], ...]
@@ -158,6 +174,8 @@ class HookState:
         self.exchange = make_exchange(topology, self.quantizer, self.link, aggregate)
         self.memory = ErrorFeedback() if error_feedback else None
         self._names = {id(p): name for name, p in params}
+        self._index = {id(p): i for i, (_, p) in enumerate(params)}
+        self.seed = seed
         self.excluded = {
             name
             for name, p in params
@@ -258,7 +276,9 @@ class HookState:
             flat = buffer.to(torch.float32) if plan.whole else _gather(buffer, plan.quantized)
             if self.memory is not None:
                 flat = self.memory.compensate(plan.names, plan.sizes, flat)
-            result = self.exchange.reduce(flat, plan.layout, self.generator, key=plan.names)
+            result = self.exchange.reduce(
+                flat, plan.layout, self._draws(plan, flat.device), self.generator, key=plan.names
+            )
             if result.mean is None:
                 skipped = True
             else:
@@ -293,11 +313,30 @@ class HookState:
             )
         self._step_skipped = False
 
+    def _draws(self, plan: _Plan, device: torch.device) -> torch.Tensor | None:
+        """This step's uniform draws for the quantized parameters of ``plan``, one stream per
+        parameter (see the class doc); ``None`` for deterministic quantizers."""
+        if not self.quantizer.stochastic:
+            return None
+        rank, step = self.link.rank, self._steps
+        return torch.cat(
+            [
+                torch.rand(
+                    size,
+                    device=device,
+                    generator=torch.Generator(device=device).manual_seed(
+                        stream_seed(self.seed, rank, step, index)
+                    ),
+                )
+                for index, size in zip(plan.indices, plan.sizes, strict=True)
+            ]
+        )
+
     def _plan(self, params: list[torch.Tensor]) -> _Plan:
         key = tuple(id(p) for p in params)
         plan = self._plans.get(key)
         if plan is None:
-            quantized, excluded, names, offset = [], [], [], 0
+            quantized, excluded, names, indices, offset = [], [], [], [], 0
             for p in params:
                 name = self._names.get(id(p))
                 if name is None:
@@ -311,10 +350,12 @@ class HookState:
                 else:
                     quantized.append(span)
                     names.append(name)
+                    indices.append(self._index[id(p)])
                 offset += p.numel()
             sizes = tuple(n for _, n in quantized)
             plan = _Plan(
                 names=tuple(names),
+                indices=tuple(indices),
                 sizes=sizes,
                 quantized=tuple(quantized),
                 excluded=tuple(excluded),

@@ -322,17 +322,19 @@ class Quantizer(ABC):
         generator: torch.Generator | None = None,
         scale: float | torch.Tensor | None = None,
         segments: Sequence[int] | None = None,
+        uniform: torch.Tensor | None = None,
     ) -> Encoded:
         """Quantize ``grad`` (any shape, floating point, finite) into one wire message.
 
         ``generator`` supplies the random draws of stochastic rounding (the global RNG if
-        ``None``); ``scale`` imposes the scale of each bucket (a number or one value per
-        bucket) where the method supports it; ``segments`` gives the lengths of the layers
-        packed one after another in a flat ``grad``, so that each gets its own scales.
+        ``None``), or ``uniform`` gives them: one value in [0, 1) per element, in flat order;
+        ``scale`` imposes the scale of each bucket (a number or one value per bucket) where the
+        method supports it; ``segments`` gives the lengths of the layers packed one after
+        another in a flat ``grad``, so that each gets its own scales.
         """
         flat = check_gradient(grad)
         layout = Layout.of(flat.numel(), segments, self.bucket_size)
-        scales, values = self.quantize(flat, layout, generator, scale)
+        scales, values = self.quantize(flat, layout, generator, scale, uniform)
         return Encoded(
             method=self.name,
             shape=tuple(grad.shape),
@@ -384,19 +386,31 @@ class Quantizer(ABC):
         layout: Layout,
         generator: torch.Generator | None = None,
         scale: float | torch.Tensor | None = None,
+        uniform: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The unpacked form of :meth:`encode`, for the exchange algorithms: the float32 scales
         (one or more per bucket of ``layout``) and one value per element of the flat, finite
         float32 ``flat`` (a digit for :attr:`codec`, or a float for fp32/fp16). The random draws
-        are ``torch.rand(flat.numel(), generator=generator)``, one per element in order."""
+        are ``uniform`` if given (float32 in [0, 1), one per element in order), else
+        ``torch.rand(flat.numel(), generator=generator)``."""
         scale_t = self._check_scale(scale, layout, flat.device)
+        if uniform is not None and (
+            not isinstance(uniform, torch.Tensor)
+            or uniform.dtype != torch.float32
+            or uniform.numel() != flat.numel()
+        ):
+            raise ValueError(
+                f"uniform must be a float32 tensor of {flat.numel()} draws in [0, 1), one per "
+                "element"
+            )
         if not flat.numel():
             return flat.new_empty(0), flat.new_empty(0, dtype=torch.int64)
-        uniform = (
-            torch.rand(flat.numel(), generator=generator, device=flat.device)
-            if self.stochastic
-            else None
-        )
+        if self.stochastic and uniform is None:
+            uniform = torch.rand(flat.numel(), generator=generator, device=flat.device)
+        elif self.stochastic:
+            uniform = uniform.reshape(-1)
+        else:
+            uniform = None
         scales, values = self._quantize(flat, layout, uniform, scale_t)
         return scales.to(torch.float32).reshape(-1), values
 
