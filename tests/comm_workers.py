@@ -250,3 +250,29 @@ def nan_training(rank: int, world: int) -> dict:
         "stats": state.stats,
         "params": [p.detach().clone() for p in model.parameters()],
     }
+
+
+def ddp_against_synchronizer(rank: int, world: int) -> dict:
+    """The same 5 steps through the DDP hook (several buckets, rebuilt after step 1) and
+    through the Synchronizer (one bucket): with every tensor ternarized and draws per
+    parameter, both give the same bits."""
+    out = {}
+    for how in ("ddp", "synchronizer"):
+        torch.manual_seed(0)
+        model = MLP()
+        options = {"exclude_last": False, "min_numel": 0, "seed": 3}
+        if how == "ddp":
+            net = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
+            terngrad.ddp.register(net, **options)
+            sync = None
+        else:
+            net, sync = model, Synchronizer(model, **options)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        for x, y in _batches(rank, 5):
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(net(x), y).backward()
+            if sync is not None:
+                sync.step()
+            optimizer.step()
+        out[how] = [p.detach().clone() for p in model.parameters()]
+    return out

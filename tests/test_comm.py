@@ -224,3 +224,9 @@ def test_nan_on_one_rank_skips_the_step_everywhere():
         assert out["stats"].skipped_steps == 1 and out["stats"].steps == 4
     for a, b in zip(results[0]["params"], results[1]["params"], strict=True):
         assert torch.equal(a, b) and bool(torch.isfinite(a).all())
+
+
+def test_ddp_and_synchronizer_agree_bit_for_bit():
+    for out in run(w.ddp_against_synchronizer, 2):
+        for a, b in zip(out["ddp"], out["synchronizer"], strict=True):
+            assert torch.equal(a, b)
