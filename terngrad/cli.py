@@ -64,9 +64,8 @@ def _quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
 def _config(args: argparse.Namespace):
     from terngrad.train.trainer import TrainConfig
 
-    batch = args.batch_size if args.total_batch_size is None else None
-    if args.batch_size is None and args.total_batch_size is None:
-        batch = 64
+    given = args.batch_size is not None or args.total_batch_size is not None
+    batch = args.batch_size if given else 64  # both given: TrainConfig refuses it
     return TrainConfig(
         out=args.out,
         model=args.model,

@@ -97,3 +97,10 @@ def test_resumed_run_is_bitwise_identical_to_an_uninterrupted_one(tmp_path):
     assert straight["step"] == resumed["step"] == 6
     for name, tensor in straight["model"].items():
         assert torch.equal(tensor, resumed["model"][name]), name
+
+
+def test_batch_size_and_total_batch_size_together_are_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([*ARGS, "--batch-size", "8", "--steps", "2", "--out", str(tmp_path / "x")])
+    assert exc.value.code == 2
+    assert "exactly one of batch-size" in capsys.readouterr().err

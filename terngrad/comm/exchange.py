@@ -150,11 +150,13 @@ class Exchange(ABC):
         aggregate; ``key`` names the bucket for server-side error feedback."""
         q = self.quantizer
         if isinstance(q, SymmetricGrid):
-            shared = self._share_scales(flat, layout)
+            y, local = q.prepare(flat, layout)
+            shared = self._share_scales(local)
             if shared is None:
                 return Result(None, None)
-            _, digits = q.quantize(flat, layout, generator, scale=shared, uniform=uniform)
-            codes = digits - q.m
+            if uniform is None:
+                uniform = torch.rand(flat.numel(), generator=generator, device=flat.device)
+            codes = q.round_to_grid(y, layout, shared, uniform) - q.m
             mean = q.decode_codes(shared, self._sum_codes(codes), layout, self.link.size)
             return Result(mean, q.decode_codes(shared, codes, layout))
         if not self._all_finite(flat):
@@ -173,11 +175,10 @@ class Exchange(ABC):
 
     # --- helpers shared by the topologies
 
-    def _share_scales(self, flat: torch.Tensor, layout: Layout) -> torch.Tensor | None:
-        """Scalar sharing: the MAX over ranks of each bucket's scale; ``None`` if some rank's
-        gradient is not finite. A flag travels with the scales, because a MAX reduction need
-        not propagate NaN (max(1, NaN) may be 1)."""
-        local = self.quantizer.local_scales(flat, layout.segments)
+    def _share_scales(self, local: torch.Tensor) -> torch.Tensor | None:
+        """Scalar sharing: the MAX over ranks of each bucket's ``local`` scale; ``None`` if some
+        rank's gradient is not finite (its scale then is not). A flag travels with the scales,
+        because a MAX reduction need not propagate NaN (max(1, NaN) may be 1)."""
         finite = torch.isfinite(local)
         flag = (~finite).any().to(local.dtype).reshape(1)
         shared = self.link.all_reduce(

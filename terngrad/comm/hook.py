@@ -272,7 +272,7 @@ class HookState:
         if plan.excluded:
             exact = link.all_reduce(_gather(buffer, plan.excluded)) / link.size
             skipped = not bool(torch.isfinite(exact).all())
-        if plan.quantized and not skipped:
+        if plan.layout.numel and not skipped:
             flat = buffer.to(torch.float32) if plan.whole else _gather(buffer, plan.quantized)
             if self.memory is not None:
                 flat = self.memory.compensate(plan.names, plan.sizes, flat)

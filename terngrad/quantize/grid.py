@@ -60,7 +60,21 @@ class SymmetricGrid(Quantizer):
         layout = Layout.of(flat.numel(), segments, self.bucket_size)
         if not flat.numel():
             return flat.new_empty(0)
-        return self._scales(self._prepare(flat, layout), layout)
+        return self.prepare(flat, layout)[1]
+
+    def prepare(self, flat: torch.Tensor, layout: Layout) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(y, s)``: the values to round (TernGrad: clipped) and their local scale per bucket.
+        The exchange shares ``s`` and then calls :meth:`round_to_grid` on the same ``y``, so
+        the gradient is clipped once."""
+        y = self._prepare(flat, layout)
+        return y, self._scales(y, layout)
+
+    def round_to_grid(
+        self, y: torch.Tensor, layout: Layout, scale: torch.Tensor, uniform: torch.Tensor
+    ) -> torch.Tensor:
+        """Digits ``j + m`` of prepared values ``y`` on the grid of per-bucket ``scale``."""
+        t = self._position(y, layout.expand(scale))
+        return (torch.sign(y) * stochastic_round(t, uniform)).to(torch.int64) + self.m
 
     def decode_codes(
         self, scales: torch.Tensor, codes: torch.Tensor, layout: Layout, count: int = 1
@@ -77,27 +91,25 @@ class SymmetricGrid(Quantizer):
         """Per-bucket scale of the prepared values."""
         raise NotImplementedError
 
-    def _grid_position(self, flat: torch.Tensor, layout: Layout, scale: torch.Tensor | None):
-        """``(y, s, t)``: prepared values, per-bucket scales, and ``t = m |y| / s`` in [0, m]."""
-        y = self._prepare(flat, layout)
-        s = self._scales(y, layout) if scale is None else scale
-        s_el = layout.expand(s)
-        t = torch.where(s_el > 0, y.abs() * self.m / s_el, 0.0).clamp(max=self.m)
-        return y, s, t
+    def _position(self, y: torch.Tensor, s_el: torch.Tensor) -> torch.Tensor:
+        """``t = m |y| / s`` per element, in [0, m] (saturating; 0 where s = 0)."""
+        return torch.where(s_el > 0, y.abs() * self.m / s_el, 0.0).clamp(max=self.m)
 
     def _quantize(self, flat, layout, uniform, scale):
-        y, s, t = self._grid_position(flat, layout, scale)
-        codes = torch.sign(y) * stochastic_round(t, uniform)
-        return s, codes.to(torch.int64) + self.m
+        y, local = self.prepare(flat, layout)
+        s = local if scale is None else scale
+        return s, self.round_to_grid(y, layout, s, uniform)
 
     def _dequantize(self, scales, values, layout, levels):
         m = (levels - 1) // 2
         return _grid_values(scales, values.to(torch.int64) - m, layout, m)
 
     def _expected_sq_error(self, flat, layout, scale):
-        y, s, t = self._grid_position(flat, layout, scale)
-        s_el = layout.expand(s).double()
+        y, local = self.prepare(flat, layout)
+        s_el = layout.expand(local if scale is None else scale)
+        t = self._position(y, s_el)
         frac = (t - t.floor()).double()
+        s_el = s_el.double()
         rounding = (s_el / self.m).square() * frac * (1 - frac)
         saturated = torch.sign(y).double() * torch.minimum(y.abs().double(), s_el)
         return rounding.sum() + (saturated - flat.double()).square().sum()
