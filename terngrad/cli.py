@@ -38,7 +38,7 @@ def bench_codec(args: argparse.Namespace) -> int:
     rows = []
     for numel in args.sizes:
         print(f"measuring {numel:,} elements ...", file=sys.stderr, flush=True)
-        rows += codec.measure(numel, args.repeats, args.workers)
+        rows += codec.measure(numel, args.repeats, args.workers, kernels=args.kernels)
     print(codec.table(rows))
     if args.json:
         atomic_write_text(Path(args.json), json.dumps(rows, indent=2) + "\n")
@@ -250,6 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     b.add_argument("--repeats", type=_positive_int, default=5, help="timed calls (median)")
     b.add_argument("--workers", type=_positive_int, default=4, help="N for the owner's sum")
+    b.add_argument(
+        "--kernels", nargs="+", choices=("numba", "torch"), default=["numba", "torch"],
+        help="kernel backends to time (numba: fused; torch: the reference)",
+    )  # fmt: skip
     b.add_argument("--json", help="also write the rows to this JSON file")
     b.set_defaults(func=bench_codec)
     return parser

@@ -14,11 +14,13 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 import terngrad.ddp
 from terngrad import quantize
 from terngrad.comm import TOPOLOGIES, ByteCounter, Link, Synchronizer, make_exchange, rank_seed
+from terngrad.kernels import Streams, resolve, stream_seed
 from terngrad.quantize import Layout
 
 SEGMENTS = (300, 7, 0, 1234, 57)
 GRID = [("terngrad", {}), ("terngrad", {"bucket_size": 100}), ("qsgd", {"bucket_size": 64})]
 MESSAGES = [("fp32", {}), ("fp16", {}), ("linear", {"bucket_size": 64}), ("signsgd", {})]
+KERNELS = ("torch", "numba")
 
 
 def local_gradient(rank: int) -> torch.Tensor:
@@ -26,9 +28,9 @@ def local_gradient(rank: int) -> torch.Tensor:
     return torch.randn(sum(SEGMENTS), generator=gen) * (1 + rank)
 
 
-def draws(rank: int, numel: int) -> torch.Tensor:
-    """The uniform draws rank ``rank`` rounds with in the exchange scenarios."""
-    return torch.rand(numel, generator=torch.Generator().manual_seed(rank_seed(7, rank)))
+def draws(rank: int) -> Streams:
+    """The random streams rank ``rank`` rounds with in the exchange scenarios."""
+    return Streams(tuple(stream_seed(7, rank, p) for p in range(len(SEGMENTS))))
 
 
 def exchanges(rank: int, world: int) -> dict:
@@ -36,32 +38,30 @@ def exchanges(rank: int, world: int) -> dict:
     link = Link(dist.new_group())
     g = local_gradient(rank)
     out = {}
-    for name, options in GRID + MESSAGES:
+    cases = itertools.product(GRID + MESSAGES, TOPOLOGIES, KERNELS)
+    for (name, options), topology, kernels in cases:
         q = quantize.get(name, **options)
         layout = Layout.of(g.numel(), SEGMENTS, q.bucket_size)
-        for topology in TOPOLOGIES:
-            for aggregate in ("requantize", "fp16") if name == "linear" else ("requantize",):
-                exchange = make_exchange(topology, q, link, aggregate)
-                uniform = draws(rank, g.numel()) if q.stochastic else None
-                gen = torch.Generator().manual_seed(rank_seed(8, rank))  # re-quantization
-                sent, received = link.counter.sent, link.counter.received
-                result = exchange.reduce(g, layout, uniform, gen, key="bucket")
-                out[(name, str(options), topology, aggregate)] = {
-                    "mean": result.mean,
-                    "own": result.own,
-                    "sent": link.counter.sent - sent,
-                    "received": link.counter.received - received,
-                }
+        for aggregate in ("requantize", "fp16") if name == "linear" else ("requantize",):
+            exchange = make_exchange(topology, q, link, aggregate, resolve(kernels))
+            gen = torch.Generator().manual_seed(rank_seed(8, rank))  # re-quantization
+            sent, received = link.counter.sent, link.counter.received
+            result = exchange.reduce(g, layout, draws(rank), gen, key="bucket")
+            out[(name, str(options), topology, aggregate, kernels)] = {
+                "mean": result.mean,
+                "own": result.own,
+                "sent": link.counter.sent - sent,
+                "received": link.counter.received - received,
+            }
     bad = g.clone()
     if rank == world - 1:
         bad[5] = float("nan")
-    for name in ("terngrad", "linear"):
-        for topology in TOPOLOGIES:
-            q = quantize.get(name)
-            result = make_exchange(topology, q, link).reduce(
-                bad, Layout.of(g.numel(), SEGMENTS, q.bucket_size), None, None
-            )
-            out[("nan", name, topology)] = result.mean
+    for name, topology, kernels in itertools.product(("terngrad", "linear"), TOPOLOGIES, KERNELS):
+        q = quantize.get(name)
+        result = make_exchange(topology, q, link, kernels=resolve(kernels)).reduce(
+            bad, Layout.of(g.numel(), SEGMENTS, q.bucket_size), None, None
+        )
+        out[("nan", name, topology, kernels)] = result.mean
     return out
 
 
@@ -253,15 +253,17 @@ def nan_training(rank: int, world: int) -> dict:
 
 
 def ddp_against_synchronizer(rank: int, world: int) -> dict:
-    """The same 5 steps through the DDP hook (several buckets, rebuilt after step 1) and
-    through the Synchronizer (one bucket): with every tensor ternarized and draws per
-    parameter, both give the same bits."""
+    """The same 5 steps through the DDP hook (several buckets, rebuilt after step 1), through
+    the Synchronizer (one bucket), and through the DDP hook on the torch reference kernels:
+    with every tensor ternarized and draws per parameter, all give the same bits."""
     out = {}
-    for how in ("ddp", "synchronizer"):
+    for how in ("ddp", "synchronizer", "ddp-torch-kernels"):
         torch.manual_seed(0)
         model = MLP()
         options = {"exclude_last": False, "min_numel": 0, "seed": 3}
-        if how == "ddp":
+        if how == "ddp-torch-kernels":
+            options["kernels"] = "torch"
+        if how.startswith("ddp"):
             net = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
             terngrad.ddp.register(net, **options)
             sync = None

@@ -4,9 +4,15 @@ For each tensor size, in one run, the median over ``repeats`` timed calls after 
 
 * ``half()`` — all that PyTorch's fp16 hook pays to compress;
 * ``clone()`` — the memory-copy floor;
-* TernGrad ``encode`` (clip, scale, stochastic rounding, base-3 packing) and ``decode``;
-* the shard owner's work in the sharded exchange with N workers: unpack N frames of ternary codes
-  for a shard of size/N, add them, pack the sums in base 2N + 1 into a frame.
+* per kernel backend (``numba``: the fused kernels; ``torch``: the reference), the exchange's own
+  code path for one bucket of TernGrad (c = 2.5, per-tensor scale, base-3 packing):
+
+  - ``encode``: statistics and scale, clip, stochastic rounding with the counter-based draws,
+    packing into a checksummed frame (``GridStep.frame``);
+  - ``decode``: check the frame, unpack and write ``s * sum / N`` into an existing float32
+    buffer (as the hook writes into the DDP bucket);
+  - ``owner sum``: the shard owner's work in the sharded exchange with N workers — check and
+    unpack N frames of a shard of size/N, add, pack the sums in base 2N + 1 into a frame.
 
 Each is reported in milliseconds, as a ratio to ``half()`` on the same tensor, and as GB/s of
 float32 input read (size * 4 bytes / time; the owner's figure counts its shard's share). Ratios
@@ -17,13 +23,14 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from terngrad import quantize
-from terngrad.comm.exchange import codes_frame, read_codes, shard_bounds
+from terngrad.comm.exchange import GridStep, shard_bounds
+from terngrad.kernels import Streams, resolve
 from terngrad.quantize import Layout
 
 
@@ -37,29 +44,49 @@ def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
     return statistics.median(times)
 
 
-def measure(numel: int, repeats: int = 5, workers: int = 4, seed: int = 0) -> list[dict]:
-    """Rows ``{"op", "numel", "seconds"}`` for one tensor size."""
-    gen = torch.Generator().manual_seed(seed)
-    g = torch.randn(numel, generator=gen) * 1e-3
+def _grid_ops(kernels: str, g: torch.Tensor, workers: int) -> list[tuple[str, Callable, int]]:
+    """The encode, decode and owner-sum operations of one backend on ``g``."""
+    backend = resolve(kernels)
     q = quantize.get("terngrad")
-    enc = q.encode(g, generator=gen)
-    shard = shard_bounds(numel, workers)[0]
-    size = shard[1] - shard[0]
-    layout = Layout.of(numel, None, None)
-    _, digits = q.quantize(g, layout, gen, scale=q.local_scales(g))
-    frames = [codes_frame(q.method_id, digits[:size] - 1, 1, 1) for _ in range(workers)]
+    numel = g.numel()
+    layout = Layout.of(numel)
+    draws = Streams((12345,))
 
-    def owner_sum() -> torch.Tensor:
-        total = sum(read_codes(f, q.method_id, size, 1, 1, r) for r, f in enumerate(frames))
-        return codes_frame(q.method_id, total, workers, 1)
+    def step() -> GridStep:
+        grid = backend.grid_prepare(q, g, layout)
+        return GridStep(backend, grid, grid.local, draws)
 
+    ready = step()
+    lo, hi = shard_bounds(numel, workers)[0]
+    shard_frames = [ready.frame(lo, hi) for _ in range(workers)]
+    summed = ready.sum_frames([ready.frame(0, numel)] * workers, numel, 1)
+    out = torch.empty(numel)
+    return [
+        (f"encode [{kernels}]", lambda: step().frame(0, numel), numel),
+        (f"decode [{kernels}]", lambda: ready.decode(summed, 0, out, workers, 0), numel),
+        (
+            f"owner sum, {workers} workers [{kernels}]",
+            lambda: ready.sum_frames(shard_frames, hi - lo, 1),
+            hi - lo,
+        ),
+    ]
+
+
+def measure(
+    numel: int,
+    repeats: int = 5,
+    workers: int = 4,
+    seed: int = 0,
+    kernels: Sequence[str] = ("numba", "torch"),
+) -> list[dict]:
+    """Rows ``{"op", "numel", "input_numel", "seconds"}`` for one tensor size."""
+    g = torch.randn(numel, generator=torch.Generator().manual_seed(seed)) * 1e-3
     ops: list[tuple[str, Callable[[], Any], int]] = [
         ("half()", g.half, numel),
         ("clone()", g.clone, numel),
-        ("terngrad encode", lambda: q.encode(g, generator=gen), numel),
-        ("terngrad decode", lambda: q.decode(enc), numel),
-        (f"owner sum, {workers} workers", owner_sum, size),
     ]
+    for name in kernels:
+        ops += _grid_ops(name, g, workers)
     return [
         {"op": name, "numel": numel, "input_numel": read, "seconds": _median_seconds(fn, repeats)}
         for name, fn, read in ops
@@ -69,11 +96,11 @@ def measure(numel: int, repeats: int = 5, workers: int = 4, seed: int = 0) -> li
 def table(rows: list[dict]) -> str:
     """A plain-text table: ms, ratio to half() of the same size, GB/s of input read."""
     half = {r["numel"]: r["seconds"] for r in rows if r["op"] == "half()"}
-    lines = [f"{'size':>12}  {'operation':<24}{'ms':>10}{'x half()':>10}{'GB/s':>8}"]
+    lines = [f"{'size':>12}  {'operation':<34}{'ms':>10}{'x half()':>10}{'GB/s':>8}"]
     for r in rows:
         gbps = 4 * r["input_numel"] / r["seconds"] / 1e9
         lines.append(
-            f"{r['numel']:>12,}  {r['op']:<24}{1e3 * r['seconds']:>10.2f}"
+            f"{r['numel']:>12,}  {r['op']:<34}{1e3 * r['seconds']:>10.2f}"
             f"{r['seconds'] / half[r['numel']]:>10.2f}{gbps:>8.2f}"
         )
     return "\n".join(lines)

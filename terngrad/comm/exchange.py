@@ -22,6 +22,10 @@ Topologies (N ranks, d elements):
   TernGrad paper's parameter server).
 * ``allgather``: every rank gathers every rank's message and aggregates locally.
 
+The per-step work on the grid path — statistics, clip, rounding, packing, the owner's sum,
+decoding into the output — runs on a :mod:`terngrad.kernels` backend (fused numba kernels, or
+the torch reference); both give the same bytes.
+
 A rank whose gradient holds a NaN or Inf is detected by every rank at the first collective
 (the shared MAX of the scales propagates it; the message path all-reduces a flag); then
 nothing is averaged and every rank gets ``Result(None, None)``.
@@ -39,8 +43,11 @@ import torch.distributed as dist
 
 from terngrad import quantize
 from terngrad.comm.link import Link
+from terngrad.kernels import GridInput, Kernels, Streams, TorchKernels
 from terngrad.quantize import Encoded, Layout, Quantizer, SymmetricGrid
-from terngrad.wire import Codec, FrameHeader, frame_nbytes, read_frame, write_frame
+from terngrad.wire import Codec, FrameHeader, frame_nbytes, new_frame, read_frame, seal_frame
+
+Draws = Streams | torch.Tensor | None
 
 AGGREGATES = ("requantize", "fp16")
 
@@ -80,27 +87,28 @@ def _codes_codec(count: int, m: int) -> Codec:
     return Codec.base(2 * count * m + 1)
 
 
-def codes_frame(method_id: int, codes: torch.Tensor, count: int, m: int) -> torch.Tensor:
-    """A frame of signed grid codes summed over ``count`` ranks (in ``[-count m, count m]``)."""
+def codes_header(method_id: int, numel: int, count: int, m: int) -> FrameHeader:
+    """The header of a frame of ``numel`` grid digits summed over ``count`` ranks: each digit is
+    a signed sum in ``[-count m, count m]`` plus ``count m``, in base ``2 count m + 1``."""
     codec = _codes_codec(count, m)
-    header = FrameHeader(
+    return FrameHeader(
         method_id=method_id,
         codec=codec,
         dtype=torch.float32,
-        shape=(codes.numel(),),
+        shape=(numel,),
         levels=codec.param,
         bucket_size=0,
         n_scales=0,
     )
-    return write_frame(header, torch.empty(0), codec.pack(codes + count * m))
 
 
 def codes_frame_nbytes(numel: int, count: int, m: int) -> int:
     return frame_nbytes(1, 0, _codes_codec(count, m).nbytes(numel))
 
 
-def read_codes(frame: torch.Tensor, method_id: int, numel: int, count: int, m: int, sender: int):
-    """The signed codes in ``frame``; :class:`ExchangeMismatch` if it is not what was expected."""
+def read_codes(frame: torch.Tensor, method_id: int, numel: int, count: int, m: int, sender):
+    """The payload of a frame of digits; :class:`ExchangeMismatch` if it is not what was
+    expected (``ValueError`` if it is damaged)."""
     header, _, payload = read_frame(frame)
     levels = 2 * count * m + 1
     if (header.method_id, header.levels, header.numel) != (method_id, levels, numel):
@@ -109,7 +117,54 @@ def read_codes(frame: torch.Tensor, method_id: int, numel: int, count: int, m: i
             f"{header.levels} levels; this rank expected {numel} of method id {method_id} with "
             f"{levels}: the ranks disagree on the model, the bucket layout or the quantizer"
         )
-    return header.codec.unpack(payload, numel).to(torch.int64) - count * m
+    return payload
+
+
+@dataclass(frozen=True)
+class GridStep:
+    """One rank's gradient on the shared grid for one step: everything needed to pack any range
+    of its digits into a frame and to decode frames of summed digits."""
+
+    kernels: Kernels
+    grid: GridInput
+    shared: torch.Tensor
+    draws: Streams | torch.Tensor
+
+    @property
+    def quantizer(self) -> SymmetricGrid:
+        return self.grid.quantizer
+
+    def frame(self, lo: int, hi: int) -> torch.Tensor:
+        """A frame of this rank's digits of elements ``[lo, hi)`` (count 1)."""
+        q = self.quantizer
+        frame, payload = new_frame(codes_header(q.method_id, hi - lo, 1, q.m), torch.empty(0))
+        self.kernels.grid_pack(
+            self.grid, self.shared, self.draws, lo, hi, _codes_codec(1, q.m), payload
+        )
+        return seal_frame(frame)
+
+    def sum_frames(self, frames: list[torch.Tensor], numel: int, count: int) -> torch.Tensor:
+        """A frame of the sum of ``frames`` (from ranks 0.., each a sum over ``count`` ranks)."""
+        q = self.quantizer
+        payloads = [
+            read_codes(f, q.method_id, numel, count, q.m, sender) for sender, f in enumerate(frames)
+        ]
+        total = count * len(frames)
+        frame, payload = new_frame(codes_header(q.method_id, numel, total, q.m), torch.empty(0))
+        self.kernels.sum_packed(
+            payloads, numel, _codes_codec(count, q.m), _codes_codec(total, q.m), payload
+        )
+        return seal_frame(frame)
+
+    def decode(self, frame: torch.Tensor, lo: int, out: torch.Tensor, count: int, sender) -> None:
+        """``out`` (the elements from ``lo`` on) gets the mean of ``count`` ranks' quantized
+        values from ``frame``, their summed digits: ``s * sum / (count m)``."""
+        q = self.quantizer
+        payload = read_codes(frame, q.method_id, out.numel(), count, q.m, sender)
+        self.kernels.decode_into(
+            out, payload, _codes_codec(count, q.m), count * q.m, count * q.m, lo,
+            self.grid.layout, self.shared,
+        )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- exchanges
@@ -127,11 +182,18 @@ class Exchange(ABC):
             cls.name = name
             Exchange.registry[name] = cls
 
-    def __init__(self, quantizer: Quantizer, link: Link, aggregate: str = "requantize") -> None:
+    def __init__(
+        self,
+        quantizer: Quantizer,
+        link: Link,
+        aggregate: str = "requantize",
+        kernels: Kernels | None = None,
+    ) -> None:
         if aggregate not in AGGREGATES:
             raise ValueError(f"aggregate must be one of {AGGREGATES}, got {aggregate!r}")
         self.quantizer = quantizer
         self.link = link
+        self.kernels = kernels if kernels is not None else TorchKernels()
         self.aggregator = quantizer if aggregate == "requantize" else quantize.get("fp16")
         #: server-side error feedback of re-quantized aggregates, by (bucket key, shard)
         self.server_residuals: dict[Hashable, torch.Tensor] = {}
@@ -140,33 +202,55 @@ class Exchange(ABC):
         self,
         flat: torch.Tensor,
         layout: Layout,
-        uniform: torch.Tensor | None,
+        draws: Draws,
         generator: torch.Generator | None,
         key: Hashable = None,
+        *,
+        out: torch.Tensor | None = None,
+        own: bool = True,
     ) -> Result:
         """The mean over all ranks of ``flat`` (float32, 1-D, in ``layout``), identical on every
-        rank. ``uniform`` holds this rank's random draws for rounding ``flat`` (one per element;
-        ``None``: drawn from ``generator``); ``generator`` also draws any re-quantization of an
-        aggregate; ``key`` names the bucket for server-side error feedback."""
+        rank, written into ``out`` if given (float32, may be ``flat`` itself: it is read before
+        it is written). ``draws`` are this rank's random draws for rounding ``flat``: a
+        :class:`~terngrad.kernels.Streams` (one stream per segment), one uniform per element,
+        or ``None`` (drawn from ``generator``); ``generator`` also draws any re-quantization
+        of an aggregate; ``key`` names the bucket for server-side error feedback; ``own=False``
+        skips decoding this rank's own message (needed only for worker-side error feedback)."""
         q = self.quantizer
         if isinstance(q, SymmetricGrid):
-            y, local = q.prepare(flat, layout)
-            shared = self._share_scales(local)
+            grid = self.kernels.grid_prepare(q, flat, layout)
+            shared = self._share_scales(grid.local)
             if shared is None:
                 return Result(None, None)
-            if uniform is None:
-                uniform = torch.rand(flat.numel(), generator=generator, device=flat.device)
-            codes = q.round_to_grid(y, layout, shared, uniform) - q.m
-            mean = q.decode_codes(shared, self._sum_codes(codes), layout, self.link.size)
-            return Result(mean, q.decode_codes(shared, codes, layout))
+            if draws is None:
+                draws = torch.rand(flat.numel(), generator=generator, device=flat.device)
+            step = GridStep(self.kernels, grid, shared, draws)
+            mean_parts, own_parts = self._grid_exchange(step, flat.numel())
+            own_values = None
+            if own:
+                own_values = torch.empty_like(flat)
+                for lo, hi, frame in own_parts:
+                    step.decode(frame, lo, own_values[lo:hi], 1, self.link.rank)
+            mean = out if out is not None else torch.empty_like(flat)
+            for lo, hi, frame, sender in mean_parts:
+                step.decode(frame, lo, mean[lo:hi], self.link.size, sender)
+            return Result(mean, own_values)
+        if isinstance(draws, Streams):
+            draws = self.kernels.uniform(draws, layout)
         if not self._all_finite(flat):
             return Result(None, None)
-        return self._reduce_messages(flat, layout, uniform, generator, key)
+        result = self._reduce_messages(flat, layout, draws, generator, key)
+        if out is not None:
+            out.copy_(result.mean)
+            return Result(out, result.own)
+        return result
 
     @abstractmethod
-    def _sum_codes(self, codes: torch.Tensor) -> torch.Tensor:
-        """Shared-grid quantizers: the exact sum over all ranks of their signed codes (this rank
-        gives ``codes``), the same on every rank."""
+    def _grid_exchange(self, step: GridStep, numel: int):
+        """Shared-grid quantizers: move this rank's digits (``step.frame(lo, hi)``) so that
+        every rank ends with frames of the digits summed over all ranks. Returns the frames
+        to decode, ``[(lo, hi, frame, sender)]`` covering ``[0, numel)``, and this rank's own
+        frames ``[(lo, hi, frame)]``."""
 
     @abstractmethod
     def _reduce_messages(self, flat, layout, uniform, generator, key) -> Result:
@@ -229,25 +313,20 @@ class ShardedExchange(Exchange, name="sharded"):
     against 2 (N-1)/N d 32 bits for a ring all-reduce in fp32.
     """
 
-    def _sum_codes(self, codes):
-        link, method, m = self.link, self.quantizer.method_id, self.quantizer.m
-        bounds = shard_bounds(codes.numel(), link.size)
+    def _grid_exchange(self, step, numel):
+        link, m = self.link, step.quantizer.m
+        bounds = shard_bounds(numel, link.size)
         lo, hi = bounds[link.rank]
-        received = link.all_to_all(
-            [codes_frame(method, codes[a:b], 1, m) for a, b in bounds],
-            [codes_frame_nbytes(hi - lo, 1, m)] * link.size,
-        )
-        total = sum(read_codes(f, method, hi - lo, 1, m, r) for r, f in enumerate(received))
+        mine = [step.frame(a, b) for a, b in bounds]
+        received = link.all_to_all(mine, [codes_frame_nbytes(hi - lo, 1, m)] * link.size)
         gathered = link.all_gather(
-            codes_frame(method, total, link.size, m),
+            step.sum_frames(received, hi - lo, 1),
             [codes_frame_nbytes(b - a, link.size, m) for a, b in bounds],
         )
-        return torch.cat(
-            [
-                read_codes(f, method, b - a, link.size, m, r)
-                for r, (f, (a, b)) in enumerate(zip(gathered, bounds, strict=True))
-            ]
-        )
+        mean_parts = [
+            (a, b, f, r) for r, (f, (a, b)) in enumerate(zip(gathered, bounds, strict=True))
+        ]
+        return mean_parts, [(a, b, f) for f, (a, b) in zip(mine, bounds, strict=True)]
 
     def _reduce_messages(self, flat, layout, uniform, generator, key):
         link, q = self.link, self.quantizer
@@ -292,16 +371,14 @@ class ParameterServerExchange(Exchange, name="ps"):
 
     root = 0
 
-    def _sum_codes(self, codes):
-        link, method, m = self.link, self.quantizer.method_id, self.quantizer.m
-        d, n = codes.numel(), link.size
-        gathered = link.gather(codes_frame(method, codes, 1, m), self.root)
-        result = None
-        if gathered is not None:
-            total = sum(read_codes(f, method, d, 1, m, r) for r, f in enumerate(gathered))
-            result = codes_frame(method, total, n, m)
-        frame = link.broadcast(result, codes_frame_nbytes(d, n, m), self.root, codes.device)
-        return read_codes(frame, method, d, n, m, self.root)
+    def _grid_exchange(self, step, numel):
+        link = self.link
+        mine = step.frame(0, numel)
+        gathered = link.gather(mine, self.root)
+        total = None if gathered is None else step.sum_frames(gathered, numel, 1)
+        size = codes_frame_nbytes(numel, link.size, step.quantizer.m)
+        frame = link.broadcast(total, size, self.root, step.grid.flat.device)
+        return [(0, numel, frame, self.root)], [(0, numel, mine)]
 
     def _reduce_messages(self, flat, layout, uniform, generator, key):
         link, q = self.link, self.quantizer
@@ -321,13 +398,11 @@ class AllGatherExchange(Exchange, name="allgather"):
     """Every rank gathers every rank's message and aggregates locally: one collective after
     the scales, no re-quantization, but each rank receives (N-1) d b bits, growing with N."""
 
-    def _sum_codes(self, codes):
-        link, method, m = self.link, self.quantizer.method_id, self.quantizer.m
-        d = codes.numel()
-        gathered = link.all_gather(
-            codes_frame(method, codes, 1, m), [codes_frame_nbytes(d, 1, m)] * link.size
-        )
-        return sum(read_codes(f, method, d, 1, m, r) for r, f in enumerate(gathered))
+    def _grid_exchange(self, step, numel):
+        mine = step.frame(0, numel)
+        m = step.quantizer.m
+        gathered = self.link.all_gather(mine, [codes_frame_nbytes(numel, 1, m)] * self.link.size)
+        return [(0, numel, step.sum_frames(gathered, numel, 1), self.link.rank)], [(0, numel, mine)]
 
     def _reduce_messages(self, flat, layout, uniform, generator, key):
         link, q = self.link, self.quantizer
@@ -344,11 +419,16 @@ TOPOLOGIES = tuple(Exchange.registry)
 
 
 def make_exchange(
-    topology: str, quantizer: Quantizer, link: Link, aggregate: str = "requantize"
+    topology: str,
+    quantizer: Quantizer,
+    link: Link,
+    aggregate: str = "requantize",
+    kernels: Kernels | None = None,
 ) -> Exchange:
-    """The exchange named ``topology``; ``ValueError`` listing the choices otherwise."""
+    """The exchange named ``topology`` (``kernels``: the backend of its per-step operations,
+    the torch reference by default); ``ValueError`` listing the choices otherwise."""
     if topology not in Exchange.registry:
         raise ValueError(
             f"unknown topology {topology!r}; choose one of: {', '.join(Exchange.registry)}"
         )
-    return Exchange.registry[topology](quantizer, link, aggregate)
+    return Exchange.registry[topology](quantizer, link, aggregate, kernels)

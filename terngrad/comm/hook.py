@@ -32,6 +32,7 @@ from terngrad import quantize
 from terngrad.comm.exchange import AGGREGATES, TOPOLOGIES, make_exchange
 from terngrad.comm.link import Link
 from terngrad.comm.memory import ErrorFeedback
+from terngrad.kernels import KERNELS, Streams, resolve, stream_seed
 from terngrad.quantize import Layout, Quantizer
 
 STATE_FORMAT = 1
@@ -40,21 +41,6 @@ STATE_FORMAT = 1
 def rank_seed(seed: int, rank: int) -> int:
     """The seed of rank ``rank``'s generator: ``seed * 1_000_003 + rank`` (mod 2**63)."""
     return (seed * 1_000_003 + rank) % 2**63
-
-
-_MASK64 = 2**64 - 1
-
-
-def stream_seed(*parts: int) -> int:
-    """A 63-bit seed mixed from integers (splitmix64's finaliser after each), so that the
-    streams of different (seed, rank, step, parameter) tuples are unrelated."""
-    x = 0
-    for part in parts:
-        x = (x + (part & _MASK64) + 0x9E3779B97F4A7C15) & _MASK64
-        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-        x ^= x >> 31
-    return x >> 1
 
 
 def last_layer_names(module: nn.Module) -> set[str]:
@@ -128,9 +114,12 @@ class HookState:
     Options: ``error_feedback`` (worker-side residuals, default False), ``exclude_last`` (keep
     the last layer in fp32, default True), ``min_numel`` (tensors with fewer elements stay fp32,
     default 1024), ``aggregate`` ("requantize" or "fp16": how non-grid aggregates travel),
-    ``seed`` (rank r draws from a generator seeded ``rank_seed(seed, r)``), ``group`` (the
-    process group; default: a new group of all ranks). Other keyword options go to
-    ``quantize.get(quantizer, ...)``.
+    ``seed`` (the random draws of rank r at step t for parameter p come from the stream
+    ``stream_seed(seed, r, t, p)``, see :mod:`terngrad.kernels.random`; re-quantized
+    aggregates draw from a generator seeded ``rank_seed(seed, r)``), ``kernels`` ("auto":
+    the fused CPU kernels where numba is installed, else the torch reference; "numba";
+    "torch"), ``group`` (the process group; default: a new group of all ranks). Other keyword
+    options go to ``quantize.get(quantizer, ...)``.
     """
 
     def __init__(
@@ -145,6 +134,7 @@ class HookState:
         min_numel: int = 1024,
         aggregate: str = "requantize",
         seed: int = 0,
+        kernels: str = "auto",
         group: dist.ProcessGroup | None = None,
         **quantizer_options: Any,
     ) -> None:
@@ -170,8 +160,14 @@ class HookState:
         params = [(name, p) for name, p in named_parameters if p.requires_grad]
         if not params:
             raise ValueError("the model has no parameters that require gradients")
+        if kernels not in KERNELS:
+            raise ValueError(
+                f"kernels must be one of {', '.join(map(repr, KERNELS))}, got {kernels!r}"
+            )
+        device = params[0][1].device
+        self.kernels = resolve(kernels, device)
         self.link = Link(group if group is not None else dist.new_group(backend=dist.get_backend()))
-        self.exchange = make_exchange(topology, self.quantizer, self.link, aggregate)
+        self.exchange = make_exchange(topology, self.quantizer, self.link, aggregate, self.kernels)
         self.memory = ErrorFeedback() if error_feedback else None
         self._names = {id(p): name for name, p in params}
         self._index = {id(p): i for i, (_, p) in enumerate(params)}
@@ -181,7 +177,6 @@ class HookState:
             for name, p in params
             if (exclude_last and name in last_layer) or p.numel() < min_numel
         }
-        device = params[0][1].device
         self.generator = torch.Generator(device=device).manual_seed(rank_seed(seed, self.link.rank))
         self.config = {
             "quantizer": self.quantizer.name,
@@ -191,6 +186,7 @@ class HookState:
             "aggregate": aggregate,
             "excluded": sorted(self.excluded),
             "seed": seed,
+            "kernels": self.kernels.name,
             "world_size": self.link.size,
             "parameters": [(name, tuple(p.shape), str(p.dtype)) for name, p in params],
         }
@@ -276,17 +272,24 @@ class HookState:
             flat = buffer.to(torch.float32) if plan.whole else _gather(buffer, plan.quantized)
             if self.memory is not None:
                 flat = self.memory.compensate(plan.names, plan.sizes, flat)
+            direct = plan.whole and buffer.dtype == torch.float32  # decode into the bucket
             result = self.exchange.reduce(
-                flat, plan.layout, self._draws(plan, flat.device), self.generator, key=plan.names
+                flat,
+                plan.layout,
+                self._draws(plan),
+                self.generator,
+                key=plan.names,
+                out=buffer if direct else None,
+                own=self.memory is not None,
             )
             if result.mean is None:
                 skipped = True
             else:
                 if self.memory is not None:
                     self.memory.update(plan.names, plan.sizes, flat, result.own)
-                if plan.whole:
+                if plan.whole and not direct:
                     buffer.copy_(result.mean)
-                else:
+                elif not plan.whole:
                     _scatter(buffer, plan.quantized, result.mean)
         if skipped:
             buffer.zero_()
@@ -313,24 +316,13 @@ class HookState:
             )
         self._step_skipped = False
 
-    def _draws(self, plan: _Plan, device: torch.device) -> torch.Tensor | None:
-        """This step's uniform draws for the quantized parameters of ``plan``, one stream per
+    def _draws(self, plan: _Plan) -> Streams | None:
+        """This step's random streams for the quantized parameters of ``plan``, one per
         parameter (see the class doc); ``None`` for deterministic quantizers."""
         if not self.quantizer.stochastic:
             return None
         rank, step = self.link.rank, self._steps
-        return torch.cat(
-            [
-                torch.rand(
-                    size,
-                    device=device,
-                    generator=torch.Generator(device=device).manual_seed(
-                        stream_seed(self.seed, rank, step, index)
-                    ),
-                )
-                for index, size in zip(plan.indices, plan.sizes, strict=True)
-            ]
-        )
+        return Streams(tuple(stream_seed(self.seed, rank, step, i) for i in plan.indices))
 
     def _plan(self, params: list[torch.Tensor]) -> _Plan:
         key = tuple(id(p) for p in params)

@@ -18,7 +18,7 @@ import torch
 
 from terngrad.quantize import bingrad, identity, linear, orq, qsgd, signsgd, terngrad  # noqa: F401
 from terngrad.quantize.base import Encoded, Layout, Quantizer, lookup, registered_names
-from terngrad.quantize.grid import SymmetricGrid
+from terngrad.quantize.grid import Moments, SymmetricGrid
 from terngrad.quantize.levels import LevelQuantizer
 
 
@@ -51,6 +51,7 @@ __all__ = [
     "Encoded",
     "Layout",
     "LevelQuantizer",
+    "Moments",
     "Quantizer",
     "SymmetricGrid",
     "decode",

@@ -213,6 +213,17 @@ class Layout:
             [cols for _, rows, cols in self._blocks for _ in range(rows)], dtype=torch.int64
         )
 
+    @cached_property
+    def bucket_starts(self) -> torch.Tensor:
+        """Offset of each bucket's first element, then ``numel`` (int64, ``n_buckets + 1``)."""
+        return torch.cat([torch.zeros(1, dtype=torch.int64), self.bucket_lengths.cumsum(0)])
+
+    @cached_property
+    def segment_starts(self) -> torch.Tensor:
+        """Offset of each segment's first element, then ``numel`` (int64)."""
+        lengths = torch.tensor(self.segments, dtype=torch.int64)
+        return torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+
     def rows(self, flat: torch.Tensor) -> list[torch.Tensor]:
         """Views of ``flat`` as 2-D blocks, one bucket a row; per-row results concatenated in
         order are in bucket order, and flattened per-element results are in element order."""
@@ -220,7 +231,8 @@ class Layout:
 
     def reduce(self, flat: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]):
         """``fn`` over the rows of every block, concatenated: one result per bucket."""
-        return torch.cat([fn(rows) for rows in self.rows(flat)])
+        parts = [fn(rows) for rows in self.rows(flat)]
+        return torch.cat(parts) if parts else flat.new_empty(0)
 
     def expand(self, per_bucket: torch.Tensor) -> torch.Tensor:
         """Each bucket's value repeated over its elements."""

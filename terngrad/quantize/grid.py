@@ -18,6 +18,7 @@ TernGrad (m = 1) this sums to ``s ||y||_1 - ||y||_2^2``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -30,6 +31,18 @@ def _grid_values(
 ) -> torch.Tensor:
     """``codes * s / divisor`` per element, in float32 (the one formula every decode uses)."""
     return codes.to(torch.float32) * layout.expand(scales) / divisor
+
+
+@dataclass(frozen=True)
+class Moments:
+    """One-pass statistics of each bucket (float64, one value per bucket), from which a fused
+    kernel derives the clip bound and the scale without a second pass over the gradient."""
+
+    count: torch.Tensor
+    mean: torch.Tensor
+    var: torch.Tensor  # population variance
+    sumsq: torch.Tensor
+    maxabs: torch.Tensor  # NaN if the bucket holds a NaN
 
 
 class SymmetricGrid(Quantizer):
@@ -82,6 +95,17 @@ class SymmetricGrid(Quantizer):
         """The mean of ``count`` workers' quantized gradients from the sum of their signed
         codes (shared scales): ``s * sum / (count * m)``, float32."""
         return _grid_values(scales, codes, layout, count * self.m)
+
+    def clip_bound(self, moments: Moments) -> torch.Tensor | None:
+        """Per-bucket magnitude bound that :meth:`prepare` clips to (float32; a bucket whose
+        bound is 0 is not clipped), or ``None``: no clipping (the default)."""
+        return None
+
+    def scale_from_moments(self, moments: Moments, bound: torch.Tensor | None) -> torch.Tensor:
+        """The local scale :meth:`prepare` returns, from one-pass statistics (float32): by
+        default ``max |y|``, which for clipped values is ``min(max |g|, bound)``."""
+        top = moments.maxabs.float()
+        return top if bound is None else torch.where(bound > 0, torch.minimum(top, bound), top)
 
     def _prepare(self, flat: torch.Tensor, layout: Layout) -> torch.Tensor:
         """The values to be rounded (TernGrad clips here); identity by default."""

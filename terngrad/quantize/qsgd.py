@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from terngrad.quantize.base import Layout, check_bucket_size, check_choice, check_levels
-from terngrad.quantize.grid import SymmetricGrid, bucket_max_abs
+from terngrad.quantize.grid import Moments, SymmetricGrid, bucket_max_abs
 
 NORMS = ("max", "l2")
 
@@ -42,7 +42,12 @@ class QSGD(SymmetricGrid, name="qsgd", method_id=3):
         self.bucket_size = check_bucket_size(bucket_size)
         self.norm = check_choice("qsgd: norm", norm, NORMS)
 
+    def scale_from_moments(self, moments: Moments, bound: torch.Tensor | None) -> torch.Tensor:
+        if self.norm == "max":
+            return moments.maxabs.float()
+        return moments.sumsq.sqrt().float()
+
     def _scales(self, y: torch.Tensor, layout: Layout) -> torch.Tensor:
         if self.norm == "max":
             return bucket_max_abs(y, layout)
-        return layout.reduce(y, lambda rows: rows.norm(dim=1))
+        return layout.reduce(y, lambda rows: rows.double().norm(dim=1)).float()

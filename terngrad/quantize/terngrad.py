@@ -3,7 +3,8 @@
 For each layer (or bucket of ``bucket_size`` elements):
 
 1. Clip (paper Sec. 3.3): ``y_k = sign(g_k) * min(|g_k|, c * sigma)``, ``sigma`` the standard
-   deviation of the bucket's gradient (population, around its mean), ``c = 2.5`` by default;
+   deviation of the bucket's gradient (population, around its mean; accumulated in float64 and
+   rounded to float32, so every implementation gets the same bits), ``c = 2.5`` by default;
    ``clip=None`` turns clipping off. A bucket with ``sigma = 0`` (constant values, e.g. a single
    element) is left unclipped: clipping it would zero it.
 2. Scale (paper Eq. 4): ``s = max_k |y_k|``, or the ``scale=`` the caller imposes (scalar
@@ -22,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from terngrad.quantize.base import Layout, check_bucket_size, check_choice
-from terngrad.quantize.grid import SymmetricGrid, bucket_max_abs
+from terngrad.quantize.grid import Moments, SymmetricGrid, bucket_max_abs
 from terngrad.wire import Codec
 
 PACKINGS = ("base3", "2bit")
@@ -51,10 +52,13 @@ class TernGrad(SymmetricGrid, name="terngrad", method_id=2):
     def codec(self) -> Codec:
         return Codec.base(3) if self.packing == "base3" else Codec.nbit(2)
 
+    def clip_bound(self, moments: Moments) -> torch.Tensor | None:
+        return None if self.clip is None else self.clip * moments.var.sqrt().float()
+
     def _prepare(self, flat: torch.Tensor, layout: Layout) -> torch.Tensor:
         if self.clip is None:
             return flat
-        sigma = layout.reduce(flat, lambda rows: rows.std(1, correction=0))
+        sigma = layout.reduce(flat, lambda rows: rows.double().std(1, correction=0)).float()
         bound = layout.expand(self.clip * sigma)
         clipped = torch.sign(flat) * torch.minimum(flat.abs(), bound)
         return torch.where(bound > 0, clipped, flat)

@@ -10,7 +10,9 @@ from terngrad.wire.frame import (
     FrameHeader,
     frame_nbytes,
     header_nbytes,
+    new_frame,
     read_frame,
+    seal_frame,
     write_frame,
 )
 from terngrad.wire.pack import (
@@ -35,11 +37,13 @@ __all__ = [
     "frame_nbytes",
     "header_nbytes",
     "nbit_nbytes",
+    "new_frame",
     "pack_2bit",
     "pack_base",
     "pack_base3",
     "pack_nbit",
     "read_frame",
+    "seal_frame",
     "unpack_2bit",
     "unpack_base",
     "unpack_base3",

@@ -96,8 +96,10 @@ def _check_range(name: str, value: int, hi: int) -> None:
         )
 
 
-def write_frame(header: FrameHeader, scales: torch.Tensor, payload: torch.Tensor) -> torch.Tensor:
-    """Serialise one message into a contiguous 1-D uint8 CPU tensor of ``header.nbytes`` bytes."""
+def new_frame(header: FrameHeader, scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A frame of ``header.nbytes`` bytes with its header and scales written, and a view of its
+    payload for the caller (a packing kernel) to fill; :func:`seal_frame` then sets the
+    checksum. :func:`write_frame` is both steps with a payload already packed."""
     _check_range("method_id", header.method_id, _U8)
     _check_range("levels", header.levels, _U16)
     _check_range("bucket_size", header.bucket_size, _U32)
@@ -110,14 +112,8 @@ def write_frame(header: FrameHeader, scales: torch.Tensor, payload: torch.Tensor
     if header.dtype not in DTYPES:
         raise ValueError(f"frame dtype must be one of {DTYPES}, got {header.dtype}")
     scales = scales.detach().reshape(-1).to("cpu", torch.float32).contiguous()
-    payload = payload.detach().reshape(-1).cpu()
     if scales.numel() != header.n_scales:
         raise ValueError(f"header says {header.n_scales} scales, got {scales.numel()}")
-    if payload.dtype != torch.uint8 or payload.numel() != header.payload_len:
-        raise ValueError(
-            f"payload must be {header.payload_len} uint8 bytes for {header.numel} elements "
-            f"in codec {header.codec}, got {payload.numel()} of {payload.dtype}"
-        )
     fixed = _HEADER.pack(
         MAGIC,
         FORMAT_VERSION,
@@ -141,12 +137,30 @@ def write_frame(header: FrameHeader, scales: torch.Tensor, payload: torch.Tensor
     out[: len(head)] = torch.frombuffer(bytearray(head), dtype=torch.uint8)
     scales_end = len(head) + 4 * header.n_scales
     out[len(head) : scales_end] = scales.view(torch.uint8)
-    out[scales_end:] = payload
-    crc = zlib.crc32(memoryview(out.numpy()))
-    out[_CRC_OFFSET : _CRC_OFFSET + 4] = torch.frombuffer(
+    return out, out[scales_end:]
+
+
+def seal_frame(frame: torch.Tensor) -> torch.Tensor:
+    """Write the CRC-32 of a frame made by :func:`new_frame` once its payload is filled."""
+    frame[_CRC_OFFSET : _CRC_OFFSET + 4] = 0
+    crc = zlib.crc32(memoryview(frame.numpy()))
+    frame[_CRC_OFFSET : _CRC_OFFSET + 4] = torch.frombuffer(
         bytearray(struct.pack("<I", crc)), dtype=torch.uint8
     )
-    return out
+    return frame
+
+
+def write_frame(header: FrameHeader, scales: torch.Tensor, payload: torch.Tensor) -> torch.Tensor:
+    """Serialise one message into a contiguous 1-D uint8 CPU tensor of ``header.nbytes`` bytes."""
+    payload = payload.detach().reshape(-1).cpu()
+    if payload.dtype != torch.uint8 or payload.numel() != header.payload_len:
+        raise ValueError(
+            f"payload must be {header.payload_len} uint8 bytes for {header.numel} elements "
+            f"in codec {header.codec}, got {payload.numel()} of {payload.dtype}"
+        )
+    out, body = new_frame(header, scales)
+    body.copy_(payload)
+    return seal_frame(out)
 
 
 def _as_bytes_tensor(frame: torch.Tensor | bytes | bytearray | memoryview) -> torch.Tensor:
