@@ -14,7 +14,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 import terngrad.ddp
 from terngrad import quantize
 from terngrad.comm import TOPOLOGIES, ByteCounter, Link, Synchronizer, make_exchange, rank_seed
-from terngrad.kernels import Streams, resolve, stream_seed
+from terngrad.kernels import Streams, resolve, stream_seed, triton_available
 from terngrad.quantize import Layout
 
 SEGMENTS = (300, 7, 0, 1234, 57)
@@ -257,12 +257,14 @@ def ddp_against_synchronizer(rank: int, world: int) -> dict:
     the Synchronizer (one bucket), and through the DDP hook on the torch reference kernels:
     with every tensor ternarized and draws per parameter, all give the same bits."""
     out = {}
-    for how in ("ddp", "synchronizer", "ddp-torch-kernels"):
+    for how in ("ddp", "synchronizer", "ddp-torch-kernels", "ddp-triton-kernels"):
+        if how == "ddp-triton-kernels" and not triton_available():
+            continue
         torch.manual_seed(0)
         model = MLP()
         options = {"exclude_last": False, "min_numel": 0, "seed": 3}
-        if how == "ddp-torch-kernels":
-            options["kernels"] = "torch"
+        if how.endswith("kernels"):
+            options["kernels"] = how.split("-")[1]
         if how.startswith("ddp"):
             net = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
             terngrad.ddp.register(net, **options)

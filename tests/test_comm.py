@@ -10,6 +10,7 @@ from distributed import run
 from terngrad import quantize
 from terngrad.comm import TOPOLOGIES, shard_bounds
 from terngrad.comm.exchange import codes_frame_nbytes
+from terngrad.kernels import triton_available
 from terngrad.quantize import Layout
 
 
@@ -234,6 +235,7 @@ def test_nan_on_one_rank_skips_the_step_everywhere():
 
 def test_ddp_and_synchronizer_agree_bit_for_bit():
     for out in run(w.ddp_against_synchronizer, 2):
-        for a, b, c in zip(out["ddp"], out["synchronizer"], out["ddp-torch-kernels"], strict=True):
-            assert torch.equal(a, b)
-            assert torch.equal(a, c)
+        assert "ddp-triton-kernels" in out or not triton_available()
+        for variant in out.values():  # one bucket or several; numba, torch or Triton kernels
+            for a, b in zip(out["ddp"], variant, strict=True):
+                assert torch.equal(a, b)

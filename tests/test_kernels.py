@@ -1,10 +1,11 @@
 """The fused kernels against the torch reference: same bytes, same draws, same statistics.
 
-Exact equality is required everywhere: the fused CPU kernels follow the reference's float32
-operations in the same order, the draws are the counter-based streams both compute, and the
-statistics are float64 sums rounded once to float32. The statistical test uses R = 20,000
-copies of a 64-element gradient, one bucket each, and asks every element's mean within 5
-standard errors (false-alarm probability below 64 * 6e-7).
+Exact equality is required everywhere: the fused kernels (numba on CPU; Triton, run here through
+its interpreter on CPU tensors) follow the reference's float32 operations in the same order, the
+draws are the counter-based streams all compute, and the statistics are float64 sums rounded
+once to float32. The statistical test uses R = 20,000 copies of a 64-element gradient, one bucket
+each, and asks every element's mean within 5 standard errors (false-alarm probability below
+64 * 6e-7). The interpreter is slow, so the Triton cases use smaller tensors.
 """
 
 import math
@@ -18,14 +19,29 @@ from terngrad.kernels import (
     NumbaKernels,
     Streams,
     TorchKernels,
+    TritonKernels,
     counter_uniform,
     resolve,
     stream_seed,
+    triton_available,
 )
 from terngrad.quantize import Layout
 from terngrad.wire import Codec
 
 REF, FUSED = TorchKernels(), NumbaKernels()
+needs_triton = pytest.mark.skipif(not triton_available(), reason="triton is not installed")
+BACKENDS = [
+    pytest.param("numba", id="numba"),
+    pytest.param("triton", id="triton", marks=needs_triton),
+]
+#: elements per test tensor: the Triton interpreter runs kernels in numpy, element by element
+SIZE = {"numba": 200_003, "triton": 6_007}
+
+
+def _backend(name: str):
+    return NumbaKernels() if name == "numba" else TritonKernels()
+
+
 GRID = [
     ("terngrad", {}),
     ("terngrad", {"bucket_size": 100}),
@@ -36,7 +52,7 @@ GRID = [
     ("qsgd", {"levels": 9, "norm": "l2", "bucket_size": 1000}),
     ("qsgd", {"levels": 255, "bucket_size": 512}),
 ]
-SEGMENTS = [None, (1000, 0, 50_000, 3, 30_000, 1), (5,), (0,)]
+SEGMENTS = [None, (1000, 0, 5_000, 3, 3_000, 1), (5,), (0,)]
 
 
 def _gradient(numel: int, seed: int = 0) -> torch.Tensor:
@@ -80,11 +96,13 @@ def test_draws_follow_the_definition():
     assert float(counter_uniform(0, 0, 1)[0]) == _splitmix_draw(0, 0)
 
 
-@pytest.mark.parametrize("segments", [(1000, 0, 3, 70_001), (0,), (1,)])
-def test_fused_draws_equal_the_reference(segments):
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("segments", [(1000, 0, 3, 7_001), (0,), (1,)])
+def test_fused_draws_equal_the_reference(segments, backend):
     layout = Layout.of(sum(segments), segments)
     streams = _streams(layout)
-    assert torch.equal(FUSED.uniform(streams, layout), REF.uniform(streams, layout))
+    fused = _backend(backend).uniform(streams, layout)
+    assert torch.equal(fused, REF.uniform(streams, layout))
 
 
 def test_draws_have_24_bits_and_are_uniform():
@@ -105,11 +123,13 @@ def test_draws_have_24_bits_and_are_uniform():
 # --------------------------------------------------------------------------- grid operations
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("segments", SEGMENTS, ids=str)
 @pytest.mark.parametrize("name, options", GRID, ids=str)
-def test_prepare_and_pack_equal_the_reference(name, options, segments):
+def test_prepare_and_pack_equal_the_reference(name, options, segments, backend):
     q = quantize.get(name, **options)
-    numel = sum(segments) if segments else 200_003
+    FUSED = _backend(backend)
+    numel = sum(segments) if segments else SIZE[backend]
     g = _gradient(numel)
     layout = _layout(numel, segments, q)
     ref, fused = REF.grid_prepare(q, g, layout), FUSED.grid_prepare(q, g, layout)
@@ -117,7 +137,7 @@ def test_prepare_and_pack_equal_the_reference(name, options, segments):
     assert torch.equal(ref.local, q.local_scales(g, segments))
     shared = ref.local * 1.25  # as if another rank had larger gradients
     streams = _streams(layout)
-    ranges = [(0, numel), (min(7, numel), numel), (numel // 3, numel // 3 + min(numel, 70_001))]
+    ranges = [(0, numel), (min(7, numel), numel), (numel // 3, numel // 3 + min(numel, 7_001))]
     for lo, hi in ranges:
         hi = min(hi, numel)
         a = _packed(REF, ref, shared, streams, lo, hi, q.codec)
@@ -128,10 +148,12 @@ def test_prepare_and_pack_equal_the_reference(name, options, segments):
     assert torch.equal(_packed(FUSED, fused, shared, streams, 0, numel, q.codec), whole.payload)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name, options", GRID[:5], ids=str)
-def test_given_uniform_draws_give_the_reference_bytes(name, options):
+def test_given_uniform_draws_give_the_reference_bytes(name, options, backend):
     q = quantize.get(name, **options)
-    g = _gradient(100_001)
+    FUSED = _backend(backend)
+    g = _gradient(SIZE[backend])
     layout = _layout(g.numel(), None, q)
     u = torch.rand(g.numel(), generator=torch.Generator().manual_seed(4))
     ref, fused = REF.grid_prepare(q, g, layout), FUSED.grid_prepare(q, g, layout)
@@ -141,9 +163,13 @@ def test_given_uniform_draws_give_the_reference_bytes(name, options):
     assert torch.equal(a, q.encode(g, scale=ref.local, uniform=u).payload)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("count, m", [(2, 1), (3, 1), (4, 1), (8, 1), (4, 2), (2, 4), (64, 1)])
-@pytest.mark.parametrize("numel", [0, 1, 4, 5, 39_999, 130_001])
-def test_sum_and_decode_equal_the_reference(count, m, numel):
+@pytest.mark.parametrize("numel", [0, 1, 4, 5, 3_999, 130_001])
+def test_sum_and_decode_equal_the_reference(count, m, numel, backend):
+    if backend == "triton" and numel > SIZE["triton"]:
+        pytest.skip("too slow for the Triton interpreter")
+    FUSED = _backend(backend)
     gen = torch.Generator().manual_seed(count * 1000 + numel)
     codec, out_codec = Codec.base(2 * m + 1), Codec.base(2 * count * m + 1)
     payloads = [
@@ -169,7 +195,9 @@ def test_sum_and_decode_equal_the_reference(count, m, numel):
     assert torch.equal(decoded[0], (expected - count * m).float() * s_el / (count * m))
 
 
-def test_nbit_streams_other_than_two_bits():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_nbit_streams_other_than_two_bits(backend):
+    FUSED = _backend(backend)
     for bits in (1, 3, 4, 8):
         codec = Codec.nbit(bits)
         digits = torch.randint(0, 2**bits, (10_007,), generator=torch.Generator().manual_seed(bits))
@@ -201,8 +229,9 @@ def test_thread_count_does_not_change_a_byte():
     assert torch.equal(results[0][1], results[1][1])
 
 
-@pytest.mark.parametrize("backend", [REF, FUSED], ids=lambda b: b.name)
+@pytest.mark.parametrize("backend", ["torch", *BACKENDS])
 def test_corrupt_payloads_are_refused(backend):
+    backend = REF if backend == "torch" else _backend(backend)
     codec, out_codec = Codec.base(3), Codec.base(9)
     good = codec.pack(torch.ones(12, dtype=torch.int64))
     bad_word = good.clone()
@@ -220,11 +249,12 @@ def test_corrupt_payloads_are_refused(backend):
             )
 
 
-def test_non_finite_values_make_their_bucket_scale_non_finite():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_non_finite_values_make_their_bucket_scale_non_finite(backend):
     q = quantize.get("terngrad", bucket_size=100)
     g = _gradient(1000)
     g[150], g[420] = float("nan"), float("inf")
-    local = FUSED.grid_prepare(q, g, _layout(1000, None, q)).local
+    local = _backend(backend).grid_prepare(q, g, _layout(1000, None, q)).local
     assert math.isnan(float(local[1])) and not math.isfinite(float(local[4]))
     assert bool(torch.isfinite(local[[0, 2, 3, 5, 6, 7, 8, 9]]).all())
 
@@ -254,14 +284,17 @@ def test_fused_rounding_is_unbiased(name, options):
     assert empirical == pytest.approx(exact, rel=0.05)
 
 
-def test_resolve():
+def test_resolve(monkeypatch):
     assert resolve("auto").name == "numba"
     assert resolve("torch").name == "torch"
-    assert resolve("auto", "meta").name == "torch"  # not a CPU tensor: the reference
+    assert resolve("auto", "meta").name == "torch"  # neither CPU nor CUDA: the reference
     with pytest.raises(ValueError, match="kernels must be one of"):
         resolve("fast")
     with pytest.raises(ValueError, match="runs on CPU tensors"):
         resolve("numba", "meta")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(ValueError, match="runs on CUDA tensors"):
+        resolve("triton", "cpu")
 
 
 def test_frames_from_the_exchange_path_decode_with_the_wire_layer():

@@ -1,12 +1,14 @@
 """Frames: round trips, exact sizes, and every kind of damage raising ValueError."""
 
 import struct
+import zlib
 
 import pytest
 import torch
 
 from terngrad import wire
 from terngrad.wire import Codec, FrameHeader
+from terngrad.wire.checksum import crc32, crc32_combine
 
 BASE3 = Codec.base(3)
 
@@ -117,3 +119,22 @@ def test_write_rejects_inconsistent_parts():
         wire.write_frame(header, scales[:1], payload)
     with pytest.raises(ValueError, match="payload"):
         wire.write_frame(header, scales, payload[:-1])
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("size", [0, 1, 1000, (1 << 20) - 1, (1 << 20) + 7, 3_000_001])
+def test_parallel_crc_is_zlib_crc(size, threads):
+    data = memoryview(bytes(torch.randint(0, 256, (size,), dtype=torch.uint8).numpy()))
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        assert crc32(data) == zlib.crc32(data)
+        assert crc32(data, 0xDEADBEEF) == zlib.crc32(data, 0xDEADBEEF)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_crc_combine():
+    a, b = b"terngrad " * 1000, b"frames" * 77
+    assert crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+    assert crc32_combine(zlib.crc32(a), zlib.crc32(b""), 0) == zlib.crc32(a)

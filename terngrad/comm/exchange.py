@@ -236,7 +236,7 @@ class Exchange(ABC):
                 step.decode(frame, lo, mean[lo:hi], self.link.size, sender)
             return Result(mean, own_values)
         if isinstance(draws, Streams):
-            draws = self.kernels.uniform(draws, layout)
+            draws = self.kernels.uniform(draws, layout, flat.device)
         if not self._all_finite(flat):
             return Result(None, None)
         result = self._reduce_messages(flat, layout, draws, generator, key)

@@ -1,28 +1,37 @@
 """Fused encode/decode kernels and the counter-based random draws they share with the reference.
 
 ``kernels="auto"`` (the default of the DDP hook and ``Synchronizer``) takes the fused CPU
-kernels (numba) for CPU tensors and falls back to the torch reference where numba is missing
-or the tensors live on a GPU; ``kernels="torch"`` forces the reference, ``kernels="numba"``
-insists on the fused kernels. See docs/performance.md for what each costs.
+kernels (numba) for CPU tensors and the Triton kernels for CUDA tensors, and falls back to the
+torch reference where the package they need is missing; ``kernels="torch"`` forces the
+reference; ``kernels="numba"`` or ``"triton"`` insist on one. See docs/performance.md for what
+each costs.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
+
 import torch
 
-from terngrad.kernels.backend import GridInput, Kernels, NumbaKernels, TorchKernels
+from terngrad.kernels.backend import GridInput, Kernels, NumbaKernels, TorchKernels, TritonKernels
 from terngrad.kernels.random import Streams, counter_uniform, stream_seed
 
-KERNELS = ("auto", "numba", "torch")
+KERNELS = ("auto", "numba", "triton", "torch")
 
 
 def numba_available() -> bool:
     """True if the fused CPU kernels can run here."""
-    try:
-        import numba  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return importlib.util.find_spec("numba") is not None
+
+
+def triton_available() -> bool:
+    """True if the Triton kernels can be compiled (or interpreted) here."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def _interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def resolve(kernels: str = "auto", device: torch.device | str = "cpu") -> Kernels:
@@ -30,17 +39,32 @@ def resolve(kernels: str = "auto", device: torch.device | str = "cpu") -> Kernel
     this machine cannot serve."""
     if kernels not in KERNELS:
         raise ValueError(f"kernels must be one of {', '.join(map(repr, KERNELS))}, got {kernels!r}")
-    cpu = torch.device(device).type == "cpu"
-    if kernels == "torch" or (kernels == "auto" and not (cpu and numba_available())):
+    kind = torch.device(device).type
+    if kernels == "auto":
+        if kind == "cpu" and numba_available():
+            return NumbaKernels()
+        if kind == "cuda" and triton_available():
+            return TritonKernels()
         return TorchKernels()
-    if not cpu:
+    if kernels == "torch":
+        return TorchKernels()
+    if kernels == "numba":
+        if kind != "cpu":
+            raise ValueError(
+                f"kernels='numba' runs on CPU tensors; these are on {torch.device(device)}: "
+                "use kernels='auto', 'triton' or 'torch'"
+            )
+        if not numba_available():
+            raise ValueError("kernels='numba' needs the numba package: pip install numba")
+        return NumbaKernels()
+    if kind != "cuda" and not (kind == "cpu" and _interpreted()):
         raise ValueError(
-            f"kernels='numba' runs on CPU tensors; these are on {torch.device(device)}: "
-            "use kernels='auto' or 'torch'"
+            f"kernels='triton' runs on CUDA tensors (or on CPU under TRITON_INTERPRET=1); "
+            f"these are on {torch.device(device)}: use kernels='auto'"
         )
-    if not numba_available():
-        raise ValueError("kernels='numba' needs the numba package: pip install numba")
-    return NumbaKernels()
+    if not triton_available():
+        raise ValueError("kernels='triton' needs the triton package: pip install triton")
+    return TritonKernels()
 
 
 __all__ = [
@@ -50,8 +74,10 @@ __all__ = [
     "NumbaKernels",
     "Streams",
     "TorchKernels",
+    "TritonKernels",
     "counter_uniform",
     "numba_available",
     "resolve",
     "stream_seed",
+    "triton_available",
 ]

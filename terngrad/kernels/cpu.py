@@ -61,7 +61,19 @@ def _pack(digits, n, out, kind, param, k, w):
             for j in range(start):
                 out[j] = d[j, 0] + 3 * (d[j, 1] + 3 * (d[j, 2] + 3 * (d[j, 3] + 3 * d[j, 4])))
         base = uint64(param)
-        for j in range(start, (n + k - 1) // k):
+        full = n // k
+        if start < full:  # whole words, loops interchanged so that the inner one vectorizes
+            d = digits[start * k : full * k].reshape(full - start, k)
+            o = out[start * w : full * w].reshape(full - start, w)
+            words = np.zeros(full - start, np.uint64)
+            for t in range(k - 1, -1, -1):
+                for j in range(words.size):
+                    words[j] = words[j] * base + uint64(d[j, t])
+            for b in range(w):
+                for j in range(words.size):
+                    o[j, b] = np.uint8((words[j] >> uint64(8 * b)) & uint64(255))
+            start = full
+        for j in range(start, (n + k - 1) // k):  # the message's last, partial word
             word = uint64(0)
             for t in range(k - 1, -1, -1):
                 i = j * k + t
@@ -94,6 +106,59 @@ def _pack(digits, n, out, kind, param, k, w):
 
 
 @njit(**_OPTS)
+def _digits_of(values, digits, first, count, base):
+    """Digits ``first .. first + count - 1`` (least significant first) of the float64
+    ``values`` (integers below 2**48) into ``digits[:, first:]``; ``values`` end as the
+    quotients. A reciprocal estimate, corrected by one step, replaces the division: exact,
+    since every quantity stays an integer below 2**53."""
+    fb = np.float64(base)
+    inv = 1.0 / fb
+    for t in range(first, first + count):
+        for j in range(values.size):
+            v = values[j]
+            q = np.floor(v * inv)
+            r = v - q * fb
+            q += np.float64(r >= fb) - np.float64(r < 0)
+            r = v - q * fb
+            digits[j, t] = np.uint16(r)
+            values[j] = q
+
+
+@njit(**_OPTS)
+def _unpack_words(words_bytes, digits, base, limit):
+    """Whole words (rows of ``words_bytes``, little-endian) to rows of ``digits``; False if a
+    word exceeds ``limit - 1``."""
+    nw, w = words_bytes.shape
+    k = digits.shape[1]
+    words = np.zeros(nw, np.uint64)
+    for b in range(w - 1, -1, -1):
+        for j in range(nw):
+            words[j] = (words[j] << uint64(8)) | uint64(words_bytes[j, b])
+    bad = 0
+    for j in range(nw):
+        bad |= words[j] >= limit
+    if w <= 4:  # below 2**32: float64 digit extraction at once
+        values = np.empty(nw, np.float64)
+        for j in range(nw):
+            values[j] = np.float64(words[j])
+        _digits_of(values, digits, 0, k, base)
+    else:  # split each word at base**h so both parts stay below 2**53
+        h = k // 2
+        split = uint64(1)
+        for _ in range(h):
+            split *= uint64(base)
+        low = np.empty(nw, np.float64)
+        high = np.empty(nw, np.float64)
+        for j in range(nw):
+            q = words[j] // split
+            low[j] = np.float64(words[j] - q * split)
+            high[j] = np.float64(q)
+        _digits_of(low, digits, 0, h, base)
+        _digits_of(high, digits, h, k - h, base)
+    return bad == 0
+
+
+@njit(**_OPTS)
 def _unpack(payload, n, last, kind, param, k, w, digits):
     """Unpack ``n`` digits from ``payload`` (a view at the chunk's first byte) into ``digits``;
     False for a word beyond ``B**k - 1`` or, in the ``last`` chunk, non-zero padding."""
@@ -117,7 +182,16 @@ def _unpack(payload, n, last, kind, param, k, w, digits):
         limit = uint64(1)
         for _ in range(k):
             limit *= base
-        for j in range(start, (n + k - 1) // k):
+        full = n // k
+        if start < full:
+            ok &= _unpack_words(
+                payload[start * w : full * w].reshape(full - start, w),
+                digits[start * k : full * k].reshape(full - start, k),
+                param,
+                limit,
+            )
+            start = full
+        for j in range(start, (n + k - 1) // k):  # the message's last, partial word
             word = uint64(0)
             for b in range(w - 1, -1, -1):
                 word = (word << uint64(8)) | uint64(payload[j * w + b])

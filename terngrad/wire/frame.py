@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
+from terngrad.wire.checksum import crc32
 from terngrad.wire.codec import Codec
 
 MAGIC = b"TG"
@@ -143,7 +144,7 @@ def new_frame(header: FrameHeader, scales: torch.Tensor) -> tuple[torch.Tensor, 
 def seal_frame(frame: torch.Tensor) -> torch.Tensor:
     """Write the CRC-32 of a frame made by :func:`new_frame` once its payload is filled."""
     frame[_CRC_OFFSET : _CRC_OFFSET + 4] = 0
-    crc = zlib.crc32(memoryview(frame.numpy()))
+    crc = crc32(memoryview(frame.numpy()))
     frame[_CRC_OFFSET : _CRC_OFFSET + 4] = torch.frombuffer(
         bytearray(struct.pack("<I", crc)), dtype=torch.uint8
     )
@@ -209,7 +210,7 @@ def read_frame(
             "(truncated, padded or corrupted)"
         )
     actual = zlib.crc32(raw[:_CRC_OFFSET] + b"\0\0\0\0")
-    actual = zlib.crc32(memoryview(buf.numpy()[_HEADER.size :]), actual)
+    actual = crc32(memoryview(buf.numpy()[_HEADER.size :]), actual)
     if actual != crc:
         raise ValueError("terngrad frame checksum mismatch: the frame was corrupted")
     codec = Codec.from_ids(kind_id, param)
