@@ -237,7 +237,7 @@ def test_corrupt_payloads_are_refused(backend):
     bad_word = good.clone()
     bad_word[1] = 250  # beyond 3**5 - 1
     bad_padding = good.clone()
-    bad_padding[2] = 2 * 3**3  # the 14th digit of a 12-digit message
+    bad_padding[2] += 3**4  # plane 4 of word 2: digit 2 + 4 * 3 = 14 of a 12-digit message
     for payload in (bad_word, bad_padding):
         with pytest.raises(ValueError, match="corrupt"):
             backend.sum_packed(

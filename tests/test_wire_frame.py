@@ -88,8 +88,9 @@ def _rewrite(frame, offset, fmt, value):
 
 def test_specific_messages():
     *_, frame = _frame()
-    with pytest.raises(ValueError, match="version 2 is not supported"):
-        wire.read_frame(_rewrite(frame, 2, "<B", 2))
+    for version in (1, 3):  # 1: the interleaved base-B layout before the planar one
+        with pytest.raises(ValueError, match=f"version {version} is not supported"):
+            wire.read_frame(_rewrite(frame, 2, "<B", version))
     with pytest.raises(ValueError, match="not a terngrad frame"):
         wire.read_frame(_rewrite(frame, 0, "<2s", b"XX"))
     with pytest.raises(ValueError, match="unknown codec id"):

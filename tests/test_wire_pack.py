@@ -50,16 +50,37 @@ def test_round_trip_hypothesis(data, codec, n):
 
 
 def test_base3_layout_five_trits_per_byte():
-    # byte = d0 + 3 d1 + 9 d2 + 27 d3 + 81 d4
-    packed = wire.pack_base3(torch.tensor([1, 2, 0, 0, 1, 2, 2, 2, 2, 2, 1]))
-    assert packed.tolist() == [1 + 6 + 81, 242, 1]
+    # 11 digits, one block of L = ceil(11 / 5) = 3 words; word j holds digits j, j+3, ..., j+12:
+    # byte j = d[j] + 3 d[j+3] + 9 d[j+6] + 27 d[j+9] + 81 d[j+12] (digits past 10 are padding)
+    d = [1, 2, 0, 0, 1, 2, 2, 2, 2, 2, 1]
+    packed = wire.pack_base3(torch.tensor(d))
+    assert packed.tolist() == [1 + 9 * 2 + 27 * 2, 2 + 3 * 1 + 9 * 2 + 27 * 1, 3 * 2 + 9 * 2]
     assert wire.word_layout(3) == (5, 1)
     assert wire.base_nbytes(1_000_000, 3) == 200_000  # 1.6 bits per trit
 
 
-def test_2bit_layout_lsb_first():
+def test_planar_blocks_of_1024_words():
+    """Full blocks of 1024 words, then a shorter last block: word j of a block holds the
+    block's digits j, j + L, j + 2L, ... (L its words)."""
+    k, block = 5, wire.BLOCK_WORDS * 5
+    n = 2 * block + 13  # two full blocks and a last block of 3 words
+    digits = torch.randint(0, 3, (n,), generator=torch.Generator().manual_seed(1))
+    packed = wire.pack_base3(digits).long()
+    assert packed.numel() == 2 * wire.BLOCK_WORDS + 3
+    powers = torch.tensor([3**t for t in range(k)])
+    for b in range(2):
+        planes = digits[b * block : (b + 1) * block].view(k, wire.BLOCK_WORDS)
+        words = (planes * powers[:, None]).sum(0)
+        assert torch.equal(packed[b * wire.BLOCK_WORDS : (b + 1) * wire.BLOCK_WORDS], words)
+    tail = torch.nn.functional.pad(digits[2 * block :], (0, 2)).view(k, 3)
+    assert torch.equal(packed[-3:], (tail * powers[:, None]).sum(0))
+    assert torch.equal(wire.unpack_base3(packed.to(torch.uint8), n).long(), digits)
+
+
+def test_2bit_layout_planar():
+    # 5 digits, L = 2 bytes: byte j = d[j] | d[j+2] << 2 | d[j+4] << 4 | d[j+6] << 6
     packed = wire.pack_2bit(torch.tensor([1, 2, 3, 0, 2]))
-    assert packed.tolist() == [1 | 2 << 2 | 3 << 4, 2]
+    assert packed.tolist() == [1 | 3 << 2 | 2 << 4, 2 | 0 << 2]
 
 
 def test_nbit_layout_is_a_bit_stream():

@@ -24,7 +24,7 @@ import torch
 
 from terngrad.kernels.random import Streams
 from terngrad.quantize import Layout, Moments, SymmetricGrid
-from terngrad.wire import Codec, word_layout
+from terngrad.wire import BLOCK_WORDS, Codec, word_layout
 
 Draws = Streams | torch.Tensor
 
@@ -161,19 +161,31 @@ def _codec_args(codec: Codec) -> tuple[int, int, int, int]:
     1 n-bit stream."""
     from terngrad.kernels import cpu
 
-    if codec.kind == "base":
-        k, w = word_layout(codec.param)
-        return cpu.BASE, codec.param, k, w
+    base = _word_base(codec)
+    if base is not None:
+        return (cpu.BASE, base, *word_layout(base))
     if codec.kind == "nbit":
         return cpu.NBIT, codec.param, 0, 0
     raise ValueError(f"the fused kernels pack digits, not {codec} floats")
 
 
+def _word_base(codec: Codec) -> int | None:
+    """The base of a codec packed in planar words (an n-bit codec whose digits fill whole
+    bytes is base 2**bits), or ``None``."""
+    if codec.kind == "base":
+        return codec.param
+    if codec.kind == "nbit" and 8 % codec.param == 0:
+        return 1 << codec.param
+    return None
+
+
 def _chunk(*codecs: Codec) -> int:
-    """Elements per task: a multiple of every codec's word (8 digits for bit streams)."""
+    """Elements per task: a multiple of every codec's planar block (8 digits for a bit
+    stream), so that every task starts at a block."""
     unit = 1
     for codec in codecs:
-        unit = math.lcm(unit, word_layout(codec.param)[0] if codec.kind == "base" else 8)
+        base = _word_base(codec)
+        unit = math.lcm(unit, BLOCK_WORDS * word_layout(base)[0] if base else 8)
     return unit * max(1, _TARGET_CHUNK // unit)
 
 
@@ -389,7 +401,8 @@ class TritonKernels(Kernels):
                 grid.flat, lo, hi, tables.starts, tables.bucket0, tables.bucket_size,
                 tables.count, bound, shared.to(device, torch.float32), keys, uniform,
                 grid.quantizer.m, target, nwords,
-                GIVEN=given, BASE=base, K=k, W=w, STEPS=tables.steps, BLOCK=_BLOCK,
+                GIVEN=given, BASE=base, K=k, W=w, L=BLOCK_WORDS, STEPS=tables.steps,
+                BLOCK=_BLOCK,
             )  # fmt: skip
         if target is not out:
             out.copy_(target)
@@ -411,7 +424,8 @@ class TritonKernels(Kernels):
             self._gpu.sum_kernel[(_cdiv(nwords, _BLOCK),)](
                 rows, rows.shape[1], rows.shape[0], numel, target, nwords, bad,
                 BASE=spec[0], K=spec[1], W=spec[2],
-                OUT_BASE=out_spec[0], OUT_K=out_spec[1], OUT_W=out_spec[2], BLOCK=_BLOCK,
+                OUT_BASE=out_spec[0], OUT_K=out_spec[1], OUT_W=out_spec[2], L=BLOCK_WORDS,
+                BLOCK=_BLOCK,
             )  # fmt: skip
         if int(bad.item()):
             raise ValueError(f"{codec} payload holds an invalid word or padding (corrupted data)")
@@ -432,7 +446,8 @@ class TritonKernels(Kernels):
                 payload.reshape(-1).to(device), n, offset, float(divisor), lo, tables.starts,
                 tables.bucket0, tables.bucket_size, tables.count,
                 scales.to(device, torch.float32), out, bad,
-                BASE=spec[0], K=spec[1], W=spec[2], STEPS=tables.steps, BLOCK=_BLOCK,
+                BASE=spec[0], K=spec[1], W=spec[2], L=BLOCK_WORDS, STEPS=tables.steps,
+                BLOCK=_BLOCK,
             )  # fmt: skip
         if int(bad.item()):
             raise ValueError(f"{codec} payload holds an invalid word or padding (corrupted data)")

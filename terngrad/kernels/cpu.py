@@ -15,14 +15,17 @@ Work is cut into fixed chunks of whole packing words and run in parallel over ch
 result is a function of the element index only, so it is the same for any thread count. Float
 arithmetic follows the reference (:mod:`terngrad.quantize.grid`) operation for operation, in
 float32, so given the same scales the bytes are identical. Packed layouts are those of
-:mod:`terngrad.wire.pack`: ``kind`` 0 is base-B with ``k`` digits per ``w``-byte word, 1 is
-an n-bit stream.
+:mod:`terngrad.wire.pack`: ``kind`` 0 is base-B with ``k`` digits per ``w``-byte word, planar
+in blocks of ``BLOCK_WORDS`` words (an n-bit codec whose digits fill whole bytes is base
+``2**bits``), 1 is an n-bit stream.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange, uint64
+
+from terngrad.wire.pack import BLOCK_WORDS
 
 BASE, NBIT = 0, 1
 
@@ -46,116 +49,124 @@ def _draw(key, index):
 
 # Loops run over zero-based views with a ``range(n)`` index: numba then knows every index is
 # non-negative, drops its negative-index wrap-around check, and LLVM vectorizes the loop (an
-# offset index such as ``x[lo + j]`` made the same loops about eight times slower).
+# offset index such as ``x[lo + j]`` made the same loops about eight times slower). The planar
+# word layout (see terngrad.wire.pack) makes every plane a contiguous run of digits.
 
 
 @njit(**_OPTS)
-def _pack(digits, n, out, kind, param, k, w):
-    """Pack ``digits[:n]`` into ``out`` (a view starting at the chunk's first byte); ``n`` is a
-    whole number of words except in the message's last chunk."""
-    if kind == BASE:
-        start = 0
-        if k == 5 and w == 1 and param == 3:  # base 3, the common case: 5 trits per byte
-            start = n // 5
-            d = digits[: 5 * start].reshape(start, 5)
-            for j in range(start):
-                out[j] = d[j, 0] + 3 * (d[j, 1] + 3 * (d[j, 2] + 3 * (d[j, 3] + 3 * d[j, 4])))
-        base = uint64(param)
-        full = n // k
-        if start < full:  # whole words, loops interchanged so that the inner one vectorizes
-            d = digits[start * k : full * k].reshape(full - start, k)
-            o = out[start * w : full * w].reshape(full - start, w)
-            words = np.zeros(full - start, np.uint64)
-            for t in range(k - 1, -1, -1):
-                for j in range(words.size):
-                    words[j] = words[j] * base + uint64(d[j, t])
-            for b in range(w):
-                for j in range(words.size):
-                    o[j, b] = np.uint8((words[j] >> uint64(8 * b)) & uint64(255))
-            start = full
-        for j in range(start, (n + k - 1) // k):  # the message's last, partial word
-            word = uint64(0)
-            for t in range(k - 1, -1, -1):
-                i = j * k + t
-                word = word * base + (uint64(digits[i]) if i < n else uint64(0))
-            for b in range(w):
-                out[j * w + b] = np.uint8((word >> uint64(8 * b)) & uint64(255))
-        return
-    bits = param
-    start = 0
-    if bits == 2:
-        start = n // 4
-        d = digits[: 4 * start].reshape(start, 4)
-        for j in range(start):
-            out[j] = d[j, 0] | (d[j, 1] << 2) | (d[j, 2] << 4) | (d[j, 3] << 6)
-    rest = digits[4 * start : n] if bits == 2 else digits[:n]
-    tail = out[start:]
-    acc = uint64(0)
-    nb = 0
-    o = 0
-    for i in range(rest.size):
-        acc |= uint64(rest[i]) << uint64(nb)
-        nb += bits
-        while nb >= 8:
-            tail[o] = np.uint8(acc & uint64(255))
-            o += 1
-            acc >>= uint64(8)
-            nb -= 8
-    if nb > 0:
-        tail[o] = np.uint8(acc & uint64(255))
+def _pack_block(d, r, out, base, k, w):
+    """One planar block: the ``r`` digits ``d`` into ``ceil(r / k)`` words at ``out``."""
+    words_n = (r + k - 1) // k
+    words = np.zeros(words_n, np.uint64)
+    b = uint64(base)
+    for t in range(k - 1, -1, -1):
+        lo = min(t * words_n, r)
+        plane = d[lo : min(lo + words_n, r)]
+        for j in range(plane.size):
+            words[j] = words[j] * b + uint64(plane[j])
+        for j in range(plane.size, words_n):  # zero digits padding the last plane
+            words[j] = words[j] * b
+    if w == 1:
+        o = out[:words_n]
+        for j in range(words_n):
+            o[j] = np.uint8(words[j])
+    else:
+        o2 = out[: words_n * w].reshape(words_n, w)
+        for byte in range(w):
+            for j in range(words_n):
+                o2[j, byte] = np.uint8((words[j] >> uint64(8 * byte)) & uint64(255))
 
 
 @njit(**_OPTS)
-def _digits_of(values, digits, first, count, base):
-    """Digits ``first .. first + count - 1`` (least significant first) of the float64
-    ``values`` (integers below 2**48) into ``digits[:, first:]``; ``values`` end as the
-    quotients. A reciprocal estimate, corrected by one step, replaces the division: exact,
-    since every quantity stays an integer below 2**53."""
-    fb = np.float64(base)
-    inv = 1.0 / fb
+def _extract(values, planes, first, count, fb, magic):
+    """Planes ``first .. first + count - 1`` (digits least significant first) of ``values``
+    (integers; below 2**16 in float32, below 2**48 in float64, the type of the base ``fb``:
+    every constant takes that type, as numba widens float32 mixed with an integer) into the
+    rows of ``planes``; ``values`` end as the quotients. The quotient is ``v / base`` rounded
+    to the nearest integer by adding and subtracting ``magic`` (2**23 or 2**52), then corrected
+    by one step: exact, as every intermediate is an integer the type holds, and vectorizable
+    (``np.floor`` is a libm call that keeps the loop scalar)."""
+    one = fb / fb
+    zero = fb - fb
+    inv = one / fb
     for t in range(first, first + count):
+        row = planes[t]
         for j in range(values.size):
             v = values[j]
-            q = np.floor(v * inv)
+            q = (v * inv + magic) - magic
             r = v - q * fb
-            q += np.float64(r >= fb) - np.float64(r < 0)
-            r = v - q * fb
-            digits[j, t] = np.uint16(r)
+            q = q + (one if r >= fb else zero) - (one if r < zero else zero)
+            row[j] = np.uint16(v - q * fb)
             values[j] = q
 
 
 @njit(**_OPTS)
-def _unpack_words(words_bytes, digits, base, limit):
-    """Whole words (rows of ``words_bytes``, little-endian) to rows of ``digits``; False if a
-    word exceeds ``limit - 1``."""
-    nw, w = words_bytes.shape
-    k = digits.shape[1]
-    words = np.zeros(nw, np.uint64)
-    for b in range(w - 1, -1, -1):
-        for j in range(nw):
-            words[j] = (words[j] << uint64(8)) | uint64(words_bytes[j, b])
+def _unpack_block(src, words_n, base, k, w, limit, planes):
+    """One planar block of ``words_n`` words at ``src`` into ``planes`` (k rows of ``words_n``
+    digits); False if a word exceeds ``limit - 1``."""
+    words = np.zeros(words_n, np.uint64)
+    if w == 1:
+        s1 = src[:words_n]
+        for j in range(words_n):
+            words[j] = uint64(s1[j])
+    else:
+        s2 = src[: words_n * w].reshape(words_n, w)
+        for byte in range(w - 1, -1, -1):
+            for j in range(words_n):
+                words[j] = (words[j] << uint64(8)) | uint64(s2[j, byte])
     bad = 0
-    for j in range(nw):
+    for j in range(words_n):
         bad |= words[j] >= limit
-    if w <= 4:  # below 2**32: float64 digit extraction at once
-        values = np.empty(nw, np.float64)
-        for j in range(nw):
+    if w <= 2:  # below 2**16: float32 digit extraction, 16 lanes a vector
+        small = np.empty(words_n, np.float32)
+        for j in range(words_n):
+            small[j] = np.float32(words[j])
+        _extract(small, planes, 0, k, np.float32(base), np.float32(2.0**23))
+    elif w == 4:  # below 2**32: float64
+        values = np.empty(words_n, np.float64)
+        for j in range(words_n):
             values[j] = np.float64(words[j])
-        _digits_of(values, digits, 0, k, base)
+        _extract(values, planes, 0, k, np.float64(base), 2.0**52)
     else:  # split each word at base**h so both parts stay below 2**53
         h = k // 2
         split = uint64(1)
         for _ in range(h):
             split *= uint64(base)
-        low = np.empty(nw, np.float64)
-        high = np.empty(nw, np.float64)
-        for j in range(nw):
+        low = np.empty(words_n, np.float64)
+        high = np.empty(words_n, np.float64)
+        for j in range(words_n):
             q = words[j] // split
             low[j] = np.float64(words[j] - q * split)
             high[j] = np.float64(q)
-        _digits_of(low, digits, 0, h, base)
-        _digits_of(high, digits, h, k - h, base)
+        _extract(low, planes, 0, h, np.float64(base), 2.0**52)
+        _extract(high, planes, h, k - h, np.float64(base), 2.0**52)
     return bad == 0
+
+
+@njit(**_OPTS)
+def _pack(digits, n, out, kind, param, k, w):
+    """Pack ``digits[:n]`` into ``out`` (a view at the chunk's first byte); ``n`` is a whole
+    number of planar blocks except in the message's last chunk."""
+    if kind == BASE:
+        block = BLOCK_WORDS * k
+        for first in range(0, n, block):
+            r = min(block, n - first)
+            _pack_block(digits[first : first + r], r, out[first // k * w :], param, k, w)
+        return
+    bits = param  # a bit stream: digits straddle bytes
+    acc = uint64(0)
+    nb = 0
+    o = 0
+    for i in range(n):
+        acc |= uint64(digits[i]) << uint64(nb)
+        nb += bits
+        while nb >= 8:
+            out[o] = np.uint8(acc & uint64(255))
+            o += 1
+            acc >>= uint64(8)
+            nb -= 8
+    if nb > 0:
+        out[o] = np.uint8(acc & uint64(255))
 
 
 @njit(**_OPTS)
@@ -164,70 +175,37 @@ def _unpack(payload, n, last, kind, param, k, w, digits):
     False for a word beyond ``B**k - 1`` or, in the ``last`` chunk, non-zero padding."""
     ok = True
     if kind == BASE:
-        start = 0
-        if k == 5 and w == 1 and param == 3:
-            start = n // 5
-            d = digits[: 5 * start].reshape(start, 5)
-            bad = 0
-            for j in range(start):
-                v = payload[j]
-                bad |= v >= 243
-                d[j, 0] = v % 3
-                d[j, 1] = (v // 3) % 3
-                d[j, 2] = (v // 9) % 3
-                d[j, 3] = (v // 27) % 3
-                d[j, 4] = (v // 81) % 3
-            ok = bad == 0
-        base = uint64(param)
         limit = uint64(1)
         for _ in range(k):
-            limit *= base
-        full = n // k
-        if start < full:
-            ok &= _unpack_words(
-                payload[start * w : full * w].reshape(full - start, w),
-                digits[start * k : full * k].reshape(full - start, k),
-                param,
-                limit,
-            )
-            start = full
-        for j in range(start, (n + k - 1) // k):  # the message's last, partial word
-            word = uint64(0)
-            for b in range(w - 1, -1, -1):
-                word = (word << uint64(8)) | uint64(payload[j * w + b])
-            ok &= word < limit
-            for t in range(k):
-                i = j * k + t
-                d = word % base
-                word //= base
-                if i < n:
-                    digits[i] = d
-                elif last:
-                    ok &= d == 0
+            limit *= uint64(param)
+        block = BLOCK_WORDS * k
+        for first in range(0, n, block):
+            r = min(block, n - first)
+            words_n = (r + k - 1) // k
+            src = payload[first // k * w :]
+            if r == words_n * k:  # the planes are the digits themselves
+                planes = digits[first : first + r].reshape(k, words_n)
+                ok &= _unpack_block(src, words_n, param, k, w, limit, planes)
+            else:  # the message's last block: its last plane is padded
+                scratch = np.empty((k, words_n), np.uint16)
+                ok &= _unpack_block(src, words_n, param, k, w, limit, scratch)
+                flat = scratch.reshape(-1)
+                digits[first : first + r] = flat[:r]
+                if last:
+                    for i in range(r, flat.size):
+                        ok &= flat[i] == 0
         return ok
     bits = param
     mask = uint64((1 << bits) - 1)
-    start = 0
-    if bits == 2:
-        start = n // 4
-        d = digits[: 4 * start].reshape(start, 4)
-        for j in range(start):
-            v = payload[j]
-            d[j, 0] = v & 3
-            d[j, 1] = (v >> 2) & 3
-            d[j, 2] = (v >> 4) & 3
-            d[j, 3] = v >> 6
-    rest = digits[4 * start : n] if bits == 2 else digits[:n]
-    src = payload[start:]
     acc = uint64(0)
     nb = 0
     o = 0
-    for i in range(rest.size):
+    for i in range(n):
         while nb < bits:
-            acc |= uint64(src[o]) << uint64(nb)
+            acc |= uint64(payload[o]) << uint64(nb)
             o += 1
             nb += 8
-        rest[i] = acc & mask
+        digits[i] = acc & mask
         acc >>= uint64(bits)
         nb -= bits
     return not (last and acc != 0)
@@ -300,8 +278,8 @@ def _grid_digit(g, bound, scale, mf, m, u):
     """``m + sign(y) (floor(t) + [u < t - floor(t)])`` with ``y = sign(g) min(|g|, bound)``
     and ``t = min(|y| m / scale, m)``, in the reference's float32 operations and order."""
     t = min((min(abs(g), bound) * mf) / scale, mf)
-    fl = np.floor(t)
-    step = np.int32(fl) + np.int32(u < t - fl)
+    whole = np.int32(t)  # floor(t), t >= 0 (np.floor is a libm call: no vectorizing)
+    step = whole + np.int32(u < t - np.float32(whole))
     return np.uint16(m + step if g > 0 else m - step)
 
 

@@ -2,10 +2,11 @@
 
 The same formulas, operation for operation in float32, the same counter-based draws and the
 same packed bytes; each program handles ``BLOCK`` packing words (``K`` digits in ``W`` bytes,
-the layout of :mod:`terngrad.wire.pack`; an n-bit stream with ``bits`` dividing 8 is base
-``2**bits`` with ``8 / bits`` digits a byte). An element finds its segment by binary search over
-the segment offsets and its bucket from the segment's first bucket and bucket size, so nothing
-per element is materialised.
+planar in blocks of ``L`` words: the layout of :mod:`terngrad.wire.pack`, where neighbouring
+digits sit in neighbouring words, so loads and stores coalesce; an n-bit codec with ``bits``
+dividing 8 is base ``2**bits`` with ``8 / bits`` digits a byte). An element finds its segment
+by binary search over the segment offsets and its bucket from the segment's first bucket and
+bucket size, so nothing per element is materialised.
 
 Imported only where triton is installed. The tests run these kernels through Triton's
 interpreter (``TRITON_INTERPRET=1``) on CPU tensors, so their bytes are checked against the
@@ -49,21 +50,31 @@ def _draw(key, index):
 
 
 @triton.jit
+def _word_place(word, n, K: tl.constexpr, L: tl.constexpr):
+    """Where packing word ``word`` of an ``n``-digit message sits: the first digit of its
+    block, its index ``j`` there, the block's words and digits."""
+    first = (word // L) * (L * K)
+    r = tl.minimum(n - first, L * K)
+    return first, word % L, (r + K - 1) // K, r
+
+
+@triton.jit
 def grid_pack_kernel(
     x, lo, hi, seg_starts, seg_bucket0, seg_bucket_size, n_seg, bound, scale, keys, uniform,
     m, out, nwords,
     GIVEN: tl.constexpr, BASE: tl.constexpr, K: tl.constexpr, W: tl.constexpr,
-    STEPS: tl.constexpr, BLOCK: tl.constexpr,
+    L: tl.constexpr, STEPS: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """Digits of ``x[lo:hi]`` on the grid, packed: see ``cpu._grid_digit``."""
-    j = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    live = j < nwords
+    word_id = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    live = word_id < nwords
+    first, j, words_in_block, r = _word_place(word_id, hi - lo, K, L)
     word = tl.zeros([BLOCK], dtype=tl.uint64)
     power = tl.full([BLOCK], 1, dtype=tl.uint64)
     mf = m.to(tl.float32)
     for t in tl.static_range(K):
-        e = lo + j.to(tl.int64) * K + t
-        inside = live & (e < hi)
+        inside = live & (t * words_in_block + j < r)
+        e = tl.where(inside, lo + first + t * words_in_block + j, lo)
         s = _segment_of(e, seg_starts, n_seg, STEPS)
         b = _bucket_of(e, s, seg_starts, seg_bucket0, seg_bucket_size)
         g = tl.load(x + e, mask=inside, other=0.0)
@@ -85,21 +96,25 @@ def grid_pack_kernel(
         word += digit.to(tl.uint64) * power
         power *= BASE
     for byte in tl.static_range(W):
-        tl.store(
-            out + j.to(tl.int64) * W + byte, ((word >> (8 * byte)) & 255).to(tl.uint8), mask=live
-        )
+        tl.store(out + word_id * W + byte, ((word >> (8 * byte)) & 255).to(tl.uint8), mask=live)
 
 
 @triton.jit
-def _unpack_digit(payload, e, n, BASE: tl.constexpr, K: tl.constexpr, W: tl.constexpr):
-    """Digit ``e`` of a packed payload, and whether its word is valid (below ``BASE**K``
-    and, in the last word, with zero padding)."""
-    j = e // K
-    t = e % K
+def _unpack_digit(
+    payload, e, n, BASE: tl.constexpr, K: tl.constexpr, W: tl.constexpr, L: tl.constexpr
+):
+    """Digit ``e`` of a packed payload, and whether its word is valid (below ``BASE**K``,
+    with zero padding where the message ends inside it)."""
+    first = (e // (L * K)) * (L * K)
+    r = tl.minimum(n - first, L * K)
+    words_in_block = (r + K - 1) // K
+    t = (e - first) // words_in_block
+    j = (e - first) % words_in_block
+    word_id = (e // (L * K)) * L + j
     word = tl.zeros_like(e).to(tl.uint64)
     for byte in tl.static_range(W):
-        word |= tl.load(payload + j * W + byte).to(tl.uint64) << (8 * byte)
-    digits_here = tl.minimum(n - j * K, K)
+        word |= tl.load(payload + word_id * W + byte).to(tl.uint64) << (8 * byte)
+    digits_here = (r - j + words_in_block - 1) // words_in_block
     limit = tl.full(e.shape, 1, dtype=tl.uint64)
     divisor = tl.full(e.shape, 1, dtype=tl.uint64)
     for i in tl.static_range(K):
@@ -113,14 +128,14 @@ def _unpack_digit(payload, e, n, BASE: tl.constexpr, K: tl.constexpr, W: tl.cons
 def decode_kernel(
     payload, n, offset, divisor, lo, seg_starts, seg_bucket0, seg_bucket_size, n_seg, scale,
     out, bad,
-    BASE: tl.constexpr, K: tl.constexpr, W: tl.constexpr, STEPS: tl.constexpr,
-    BLOCK: tl.constexpr,
+    BASE: tl.constexpr, K: tl.constexpr, W: tl.constexpr, L: tl.constexpr,
+    STEPS: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """``out[e] = (float32(d_e - offset) * s) / divisor`` for the payload's ``n`` digits."""
     e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     live = e < n
     ee = tl.where(live, e, 0)
-    digit, ok = _unpack_digit(payload, ee, n, BASE, K, W)
+    digit, ok = _unpack_digit(payload, ee, n, BASE, K, W, L)
     flat = ee + lo
     s = _segment_of(flat, seg_starts, n_seg, STEPS)
     sc = tl.load(scale + _bucket_of(flat, s, seg_starts, seg_bucket0, seg_bucket_size))
@@ -133,27 +148,28 @@ def decode_kernel(
 def sum_kernel(
     payloads, stride, rows, n, out, nwords, bad,
     BASE: tl.constexpr, K: tl.constexpr, W: tl.constexpr,
-    OUT_BASE: tl.constexpr, OUT_K: tl.constexpr, OUT_W: tl.constexpr, BLOCK: tl.constexpr,
+    OUT_BASE: tl.constexpr, OUT_K: tl.constexpr, OUT_W: tl.constexpr, L: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):  # fmt: skip
     """Pack the element-wise digit sums of the ``rows`` payloads (``stride`` bytes apart)."""
-    j = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    live = j < nwords
+    word_id = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    live = word_id < nwords
+    first, j, words_in_block, r_block = _word_place(word_id, n, OUT_K, L)
     word = tl.zeros([BLOCK], dtype=tl.uint64)
     power = tl.full([BLOCK], 1, dtype=tl.uint64)
     flags = tl.zeros([BLOCK], dtype=tl.int32)
     for t in tl.static_range(OUT_K):
-        e = j * OUT_K + t
-        inside = live & (e < n)
-        ee = tl.where(inside, e, 0)
+        inside = live & (t * words_in_block + j < r_block)
+        ee = tl.where(inside, first + t * words_in_block + j, 0)
         total = tl.zeros([BLOCK], dtype=tl.int32)
         for r in range(rows):
-            digit, ok = _unpack_digit(payloads + r * stride, ee, n, BASE, K, W)
+            digit, ok = _unpack_digit(payloads + r * stride, ee, n, BASE, K, W, L)
             total += digit
             flags |= tl.where(inside & ~ok, 1, 0)
         word += tl.where(inside, total, 0).to(tl.uint64) * power
         power *= OUT_BASE
     for byte in tl.static_range(OUT_W):
-        tl.store(out + j * OUT_W + byte, ((word >> (8 * byte)) & 255).to(tl.uint8), mask=live)
+        tl.store(out + word_id * OUT_W + byte, ((word >> (8 * byte)) & 255).to(tl.uint8), mask=live)
     tl.atomic_max(bad, tl.max(flags, 0))
 
 

@@ -16,6 +16,7 @@ from terngrad.wire.frame import (
     write_frame,
 )
 from terngrad.wire.pack import (
+    BLOCK_WORDS,
     base_nbytes,
     nbit_nbytes,
     pack_2bit,
@@ -30,6 +31,7 @@ from terngrad.wire.pack import (
 )
 
 __all__ = [
+    "BLOCK_WORDS",
     "FORMAT_VERSION",
     "Codec",
     "FrameHeader",

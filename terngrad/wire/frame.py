@@ -1,11 +1,11 @@
 """One self-describing frame per message: header, scales and payload in one uint8 tensor.
 
 A single collective call carries a whole frame, so the scales never need a round trip of their
-own. Layout (all integers little-endian; version 1)::
+own. Layout (all integers little-endian; version 2)::
 
     offset  size  field
     0       2     magic b"TG"
-    2       1     format version (1)
+    2       1     format version (2)
     3       1     flags (reserved, 0)
     4       1     method id (the quantizer; terngrad.quantize maps ids to names)
     5       1     codec kind id (raw32, raw16, nbit, base; see terngrad.wire.codec)
@@ -44,7 +44,7 @@ from terngrad.wire.checksum import crc32
 from terngrad.wire.codec import Codec
 
 MAGIC = b"TG"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: planar base-B words (1: interleaved)
 
 _HEADER = struct.Struct("<2sBBBBBBHHIIIQQI")
 _CRC_OFFSET = 40
