@@ -75,6 +75,7 @@ def _config(args: argparse.Namespace):
         quantizer=args.quantizer,
         quantizer_options=_quantizer_options(args),
         topology=args.topology,
+        kernels=args.kernels,
         error_feedback=args.error_feedback,
         keep_last_fp32=not args.quantize_last,
         min_numel=args.min_numel,
@@ -166,6 +167,7 @@ _positive_float = _number(float, 0.0, True, "a positive number")
 
 def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     from terngrad.comm import TOPOLOGIES
+    from terngrad.kernels import KERNELS
     from terngrad.train import data, models
     from terngrad.train.trainer import OPTIMIZERS, SCHEDULES
 
@@ -178,6 +180,10 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--workers", type=_positive_int, default=4, help="processes (total)")
     g.add_argument("--quantizer", default="terngrad", choices=quantize.names())
     g.add_argument("--topology", default="sharded", choices=TOPOLOGIES)
+    g.add_argument(
+        "--kernels", default="auto", choices=KERNELS,
+        help="encode/decode kernels: fused (numba, triton), the torch reference, or auto",
+    )  # fmt: skip
     g.add_argument("--clip", type=_positive_float, help="TernGrad: clip at CLIP sigma (2.5)")
     g.add_argument("--no-clip", action="store_true", help="TernGrad: no clipping")
     g.add_argument("--bucket-size", type=_positive_int, help="elements per scale")

@@ -7,6 +7,14 @@ if not torch.cuda.is_available():  # the Triton kernels run on CPU tensors throu
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _compiled_kernels():
+    """Compile the numba kernels once, before any test spawns ranks that would each compile."""
+    from terngrad.kernels import warm_up
+
+    warm_up()
+
+
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(1234)

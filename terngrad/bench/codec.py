@@ -2,7 +2,10 @@
 
 For each tensor size, in one run, the median over ``repeats`` timed calls after a warm-up of:
 
-* ``half()`` — all that PyTorch's fp16 hook pays to compress;
+* ``half()`` — all that PyTorch's fp16 hook pays to compress (it allocates its output, as the
+  hook does; whether that costs page faults depends on the allocator's state, so this time can
+  differ by 4x between runs of the same size);
+* ``half() into buffer`` — the same cast into a preallocated tensor: the no-allocation floor;
 * ``clone()`` — the memory-copy floor;
 * per kernel backend (``numba``: the fused kernels; ``torch``: the reference), the exchange's own
   code path for one bucket of TernGrad (c = 2.5, per-tensor scale, base-3 packing):
@@ -81,8 +84,10 @@ def measure(
 ) -> list[dict]:
     """Rows ``{"op", "numel", "input_numel", "seconds"}`` for one tensor size."""
     g = torch.randn(numel, generator=torch.Generator().manual_seed(seed)) * 1e-3
+    h = torch.empty(numel, dtype=torch.float16)
     ops: list[tuple[str, Callable[[], Any], int]] = [
         ("half()", g.half, numel),
+        ("half() into buffer", lambda: h.copy_(g), numel),
         ("clone()", g.clone, numel),
     ]
     for name in kernels:

@@ -34,6 +34,28 @@ def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def warm_up() -> None:
+    """Compile the fused CPU kernels now (about 20 s the first time on one core), or load them
+    from numba's cache (under ``terngrad/kernels/__pycache__``; about a second). A launcher
+    calls this before it starts its workers, so they load the kernels instead of each compiling
+    them at its first step."""
+    if not numba_available():
+        return
+    from terngrad import quantize
+    from terngrad.quantize import Layout
+    from terngrad.wire import Codec
+
+    kernels, q = NumbaKernels(), quantize.get("terngrad")
+    grad, layout, streams = torch.linspace(-1, 1, 64), Layout.of(64), Streams((0,))
+    grid = kernels.grid_prepare(q, grad, layout)
+    packed = torch.empty(q.codec.nbytes(64), dtype=torch.uint8)
+    kernels.grid_pack(grid, grid.local, streams, 0, 64, q.codec, packed)
+    total = torch.empty(Codec.base(5).nbytes(64), dtype=torch.uint8)
+    kernels.sum_packed([packed, packed], 64, q.codec, Codec.base(5), total)
+    kernels.decode_into(torch.empty(64), total, Codec.base(5), 2, 2, 0, layout, grid.local)
+    kernels.uniform(streams, layout)
+
+
 def resolve(kernels: str = "auto", device: torch.device | str = "cpu") -> Kernels:
     """The backend for tensors on ``device``: ``ValueError`` for an unknown name or a request
     this machine cannot serve."""
@@ -80,4 +102,5 @@ __all__ = [
     "resolve",
     "stream_seed",
     "triton_available",
+    "warm_up",
 ]

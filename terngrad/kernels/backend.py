@@ -15,6 +15,8 @@ An exchange of a shared-grid quantizer (TernGrad, QSGD) calls, per bucket:
 from __future__ import annotations
 
 import math
+import os
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -193,29 +195,47 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().contiguous().numpy()
 
 
+_launch = threading.Lock()
+
+
 class NumbaKernels(Kernels):
-    """Fused CPU kernels (numba), parallel over chunks with as many threads as torch uses."""
+    """Fused CPU kernels (numba), parallel over chunks with as many threads as torch uses.
+
+    Numba's thread pool is its ``workqueue`` layer unless ``NUMBA_THREADING_LAYER`` says
+    otherwise: the OpenMP layer's threads spin while they wait, and with one training process
+    per core that spinning took the cores from the other processes (measured: LeNet with 4
+    workers on 2 cores ran 4.5x slower). Launches are serialised by a lock, as the workqueue
+    layer must not be entered from two threads at once.
+    """
 
     name = "numba"
 
     def __init__(self) -> None:
-        import numba  # noqa: F401  (ImportError here when numba is missing)
+        import numba  # ImportError here when numba is missing
 
+        if "NUMBA_THREADING_LAYER" not in os.environ:
+            numba.config.THREADING_LAYER = "workqueue"
         from terngrad.kernels import cpu
 
         self._cpu = cpu
 
     @staticmethod
-    def _threads() -> None:
+    def _run(kernel, *args):
+        """``kernel(*args)`` on as many threads as torch uses, one launch at a time."""
         import numba
 
-        numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+        with _launch:
+            numba.set_num_threads(
+                max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+            )
+            return kernel(*args)
 
     def grid_prepare(self, q, flat, layout):
-        self._threads()
         x = _np(flat)
         starts = _np(layout.bucket_starts)
-        raw = torch.from_numpy(self._cpu.bucket_moments(x, x.view(np.int32), starts, 1 << 16))
+        raw = torch.from_numpy(
+            self._run(self._cpu.bucket_moments, x, x.view(np.int32), starts, 1 << 16)
+        )
         count = raw[:, 0]
         mean = raw[:, 1] / count  # of x - K, K the bucket's first element
         moments = Moments(
@@ -231,7 +251,6 @@ class NumbaKernels(Kernels):
     def grid_pack(self, grid, shared, draws, lo, hi, codec, out):
         _check_draws(draws, grid.layout)
         _check_payload(out, codec, hi - lo)
-        self._threads()
         layout = grid.layout
         bound = np.full(layout.n_buckets, np.inf, np.float32)
         if grid.bound is not None:  # a bucket whose bound is 0 (sigma = 0) is not clipped
@@ -240,7 +259,8 @@ class NumbaKernels(Kernels):
             keys, uniform = draws.key_array(), np.empty(0, np.float32)
         else:
             keys, uniform = np.zeros(len(layout.segments), np.uint64), _np(draws.reshape(-1))
-        self._cpu.grid_pack(
+        self._run(
+            self._cpu.grid_pack,
             _np(grid.flat), lo, hi, _np(layout.bucket_starts), bound, _np(shared),
             grid.quantizer.m, _np(layout.segment_starts), keys, uniform,
             *_codec_args(codec), _chunk(codec), out.numpy(),
@@ -250,29 +270,30 @@ class NumbaKernels(Kernels):
         for p in payloads:
             _check_payload(p, codec, numel)
         _check_payload(out, out_codec, numel)
-        self._threads()
         rows = np.stack([_np(p) for p in payloads]) if payloads else np.empty((0, 0), np.uint8)
-        ok = self._cpu.sum_packed(
-            rows, numel, *_codec_args(codec), *_codec_args(out_codec), _chunk(codec, out_codec),
-            out.numpy(),
+        ok = self._run(
+            self._cpu.sum_packed, rows, numel, *_codec_args(codec), *_codec_args(out_codec),
+            _chunk(codec, out_codec), out.numpy(),
         )  # fmt: skip
         if not ok:
             raise ValueError(f"{codec} payload holds an invalid word or padding (corrupted data)")
 
     def decode_into(self, out, payload, codec, offset, divisor, lo, layout, scales):
         _check_payload(payload, codec, out.numel())
-        self._threads()
-        ok = self._cpu.decode_packed(
-            _np(payload), out.numel(), *_codec_args(codec), offset, np.float32(divisor), lo,
-            _np(layout.bucket_starts), _np(scales.to(torch.float32)), _chunk(codec), out.numpy(),
+        ok = self._run(
+            self._cpu.decode_packed, _np(payload), out.numel(), *_codec_args(codec), offset,
+            np.float32(divisor), lo, _np(layout.bucket_starts), _np(scales.to(torch.float32)),
+            _chunk(codec), out.numpy(),
         )  # fmt: skip
         if not ok:
             raise ValueError(f"{codec} payload holds an invalid word or padding (corrupted data)")
 
     def uniform(self, streams, layout, device="cpu"):
-        self._threads()
         out = np.empty(layout.numel, np.float32)
-        self._cpu.uniform_into(_np(layout.segment_starts), streams.key_array(), _TARGET_CHUNK, out)
+        self._run(
+            self._cpu.uniform_into, _np(layout.segment_starts), streams.key_array(), _TARGET_CHUNK,
+            out,
+        )  # fmt: skip
         return torch.from_numpy(out)
 
 

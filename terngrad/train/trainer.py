@@ -34,8 +34,9 @@ import torch.distributed as dist
 from torch import nn
 
 import terngrad.ddp
-from terngrad import quantize
+from terngrad import kernels, quantize
 from terngrad.comm import TOPOLOGIES, rank_seed
+from terngrad.kernels import KERNELS
 from terngrad.train import data as datasets
 from terngrad.train import models
 from terngrad.train.files import atomic_write, atomic_write_text
@@ -46,7 +47,7 @@ CHECKPOINT_FORMAT = 1
 OPTIMIZERS = ("sgd", "momentum", "adam")
 SCHEDULES = ("constant", "poly")
 #: fields that may change when a run is resumed (extending it, evaluating more often)
-RESUMABLE_CHANGES = ("steps", "eval_every", "workers_threads", "progress")
+RESUMABLE_CHANGES = ("steps", "eval_every", "workers_threads", "progress", "kernels")
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class TrainConfig:
     quantizer: str = "terngrad"
     quantizer_options: dict[str, Any] = field(default_factory=dict)
     topology: str = "sharded"
+    kernels: str = "auto"
     error_feedback: bool = False
     keep_last_fp32: bool = True
     min_numel: int = 1024
@@ -89,6 +91,8 @@ class TrainConfig:
         quantize.get(self.quantizer, **self.quantizer_options)  # raises for bad options
         if self.topology not in TOPOLOGIES:
             fail(f"unknown topology {self.topology!r}; choose one of: {', '.join(TOPOLOGIES)}")
+        if self.kernels not in KERNELS:
+            fail(f"unknown kernels {self.kernels!r}; choose one of: {', '.join(KERNELS)}")
         if self.optimizer not in OPTIMIZERS:
             fail(f"unknown optimizer {self.optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
         if self.lr_schedule not in SCHEDULES:
@@ -205,6 +209,7 @@ def train_worker(cfg: TrainConfig) -> dict[str, Any] | None:
         ddp,
         cfg.quantizer,
         cfg.topology,
+        kernels=cfg.kernels,
         error_feedback=cfg.error_feedback,
         exclude_last=cfg.keep_last_fp32,
         min_numel=cfg.min_numel,
@@ -387,6 +392,8 @@ def launch(
         cfg.dataset, cfg.data_dir, synthetic_shape=models.default_input_shape(cfg.model),
         synthetic_classes=10, synthetic_size=1,
     )  # fmt: skip
+    if cfg.kernels in ("auto", "numba"):
+        kernels.warm_up()  # compile once here, not in every worker
     if nnodes == 1 and rdzv_endpoint is None:
         with tempfile.TemporaryDirectory() as folder:
             torch.multiprocessing.spawn(
