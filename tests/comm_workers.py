@@ -280,3 +280,24 @@ def ddp_against_synchronizer(rank: int, world: int) -> dict:
             optimizer.step()
         out[how] = [p.detach().clone() for p in model.parameters()]
     return out
+
+
+def mixed_kernels(rank: int, world: int) -> dict:
+    """Rank 0 on the fused kernels, the others on the torch reference: every backend gives the
+    same bits, so registration accepts it and the replicas stay identical; a state saved on
+    one backend loads into another."""
+    torch.manual_seed(0)
+    model = MLP()
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
+    kernels = "numba" if rank == 0 else "torch"
+    state = terngrad.ddp.register(ddp, kernels=kernels, min_numel=0, exclude_last=False)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+    _train(ddp, optimizer, rank, 5)
+    other = terngrad.ddp.register(
+        nn.parallel.DistributedDataParallel(MLP()),
+        kernels="torch" if rank == 0 else "numba",
+        min_numel=0,
+        exclude_last=False,
+    )
+    other.load_state_dict(state.state_dict())
+    return {"params": [p.detach().clone() for p in model.parameters()], "kernels": kernels}

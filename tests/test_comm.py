@@ -239,3 +239,10 @@ def test_ddp_and_synchronizer_agree_bit_for_bit():
         for variant in out.values():  # one bucket or several; numba, torch or Triton kernels
             for a, b in zip(out["ddp"], variant, strict=True):
                 assert torch.equal(a, b)
+
+
+def test_ranks_on_different_kernel_backends_stay_identical():
+    results = run(w.mixed_kernels, 2)
+    assert [out["kernels"] for out in results] == ["numba", "torch"]
+    for a, b in zip(results[0]["params"], results[1]["params"], strict=True):
+        assert torch.equal(a, b)
