@@ -46,6 +46,31 @@ def bench_codec(args: argparse.Namespace) -> int:
     return 0
 
 
+def bench_network(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from terngrad.bench import network
+
+    if args.cleanup:
+        gone = network.cleanup()
+        print(f"removed {len(gone)} namespace(s): {', '.join(gone) or 'none'}")
+        return 0
+    network.rate_bits(args.bandwidth)  # a bad rate fails here, before anything is built
+    print(
+        f"building {args.ranks} namespaces with {args.bandwidth} links; {args.model}, "
+        f"{len(args.methods)} methods x {args.warmup} + {args.steps} steps ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    summary = network.run(
+        args.ranks, args.bandwidth, args.model, args.methods, Path(args.out),
+        batch_size=args.batch_size, steps=args.steps, warmup=args.warmup, timeout=args.timeout,
+    )  # fmt: skip
+    print(network.table(summary))
+    print(f"Written: {args.out}/results.json, {args.out}/speedup.png")
+    return 0
+
+
 # --------------------------------------------------------------------------- training
 
 
@@ -262,18 +287,41 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     b.add_argument("--json", help="also write the rows to this JSON file")
     b.set_defaults(func=bench_codec)
+    from terngrad.bench.network import BANDWIDTHS, DEFAULT_METHODS, METHODS
+    from terngrad.train import models
+
+    b = bench.add_parser(
+        "network", help="step time of each method on a bandwidth-limited cluster of namespaces"
+    )
+    b.add_argument("--ranks", type=_positive_int, default=4, help="ranks, 2 to 8 (4)")
+    b.add_argument(
+        "--bandwidth", default="1gbit",
+        help=f"link rate: {', '.join(BANDWIDTHS)} or any NNmbit/NNgbit (1gbit)",
+    )  # fmt: skip
+    b.add_argument("--model", default="alexnet", choices=models.names())
+    b.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=list(METHODS))
+    b.add_argument("--batch-size", type=_positive_int, default=8, help="examples per rank")
+    b.add_argument("--steps", type=_positive_int, default=5, help="timed steps per method")
+    b.add_argument("--warmup", type=_positive_int, default=3, help="untimed steps first")
+    b.add_argument("--timeout", type=_positive_float, default=1800.0, help="seconds for it all")
+    b.add_argument("--out", default="runs/network", help="folder for results.json, speedup.png")
+    b.add_argument("--cleanup", action="store_true", help="remove a killed run's namespaces")
+    b.set_defaults(func=bench_network)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from terngrad.bench.network import BenchFailed, TestbedUnavailable
     from terngrad.train.data import DataMissing
 
     try:
         return args.func(args)
     except (ValueError, DataMissing) as exc:  # what the user asked for: one line, status 2
         parser.exit(2, f"terngrad: error: {exc}\n")
+    except (TestbedUnavailable, BenchFailed) as exc:  # the machine could not: status 1
+        parser.exit(1, f"terngrad: {exc}\n")
     except torch.multiprocessing.ProcessRaisedException as exc:
         last = str(exc).strip().splitlines()[-1]
         parser.exit(1, f"terngrad: a worker failed: {last}\n")

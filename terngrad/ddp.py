@@ -7,6 +7,6 @@
 See :mod:`terngrad.comm.hook` for what the hook does and :class:`HookState` for its options.
 """
 
-from terngrad.comm.hook import HookState, Stats, register
+from terngrad.comm.hook import HookState, Stats, Timing, register
 
-__all__ = ["HookState", "Stats", "register"]
+__all__ = ["HookState", "Stats", "Timing", "register"]

@@ -16,6 +16,7 @@ from terngrad.comm.exchange import (
 from terngrad.comm.hook import (
     HookState,
     Stats,
+    Timing,
     last_layer_names,
     rank_seed,
     register,
@@ -40,6 +41,7 @@ __all__ = [
     "ShardedExchange",
     "Stats",
     "Synchronizer",
+    "Timing",
     "last_layer_names",
     "make_exchange",
     "rank_seed",

@@ -18,6 +18,7 @@ They use a process group of their own, so they never interleave with DDP's own c
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -76,6 +77,20 @@ class Stats:
     @property
     def bytes_received_per_step(self) -> float:
         return self.bytes_received / self.steps if self.steps else 0.0
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Where one rank's exchange time went (wall clock, all steps so far): ``exchange_seconds``
+    in the hook's work on buckets, ``collective_seconds`` of it inside collectives (waiting for
+    the network and the other ranks), the rest — ``codec_seconds`` — encoding and decoding."""
+
+    exchange_seconds: float
+    collective_seconds: float
+
+    @property
+    def codec_seconds(self) -> float:
+        return max(self.exchange_seconds - self.collective_seconds, 0.0)
 
 
 @dataclass(frozen=True)
@@ -193,6 +208,7 @@ class HookState:
         self._check_same_config()
         self._plans: dict[tuple[int, ...], _Plan] = {}
         self._steps = self._skipped_steps = 0
+        self._exchange_seconds = 0.0
         self._step_skipped = False
         self.last_step_skipped = False
         self._step_start = (0, 0)
@@ -200,6 +216,11 @@ class HookState:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="terngrad")
 
     # --- what users read
+
+    @property
+    def timing(self) -> Timing:
+        """Seconds spent in the exchanges, and how much of it in collectives."""
+        return Timing(self._exchange_seconds, self.link.counter.seconds)
 
     @property
     def stats(self) -> Stats:
@@ -262,6 +283,13 @@ class HookState:
         """Average ``buffer`` (the flat gradients of ``params``, in order) over all ranks, in
         place. Returns True if some rank's gradient was not finite: then the buffer is zeroed on
         every rank."""
+        start = time.perf_counter()
+        try:
+            return self._reduce_bucket(buffer, params)
+        finally:
+            self._exchange_seconds += time.perf_counter() - start
+
+    def _reduce_bucket(self, buffer: torch.Tensor, params: list[torch.Tensor]) -> bool:
         plan = self._plan(params)
         link = self.link
         skipped = False

@@ -20,6 +20,9 @@ like for like.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -32,10 +35,20 @@ class ByteCounter:
 
     sent: int = 0
     received: int = 0
+    #: wall-clock seconds spent inside the collectives (waiting included)
+    seconds: float = 0.0
 
     def add(self, sent: int, received: int) -> None:
         self.sent += int(sent)
         self.received += int(received)
+
+    @contextmanager
+    def timed(self) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds += time.perf_counter() - start
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -55,7 +68,8 @@ class Link:
         """In-place all-reduce; returns ``tensor``."""
         ring = 2 * (self.size - 1) * _nbytes(tensor) // self.size
         self.counter.add(ring, ring)
-        dist.all_reduce(tensor, op=op, group=self.group)
+        with self.counter.timed():
+            dist.all_reduce(tensor, op=op, group=self.group)
         return tensor
 
     def all_to_all(self, chunks: list[torch.Tensor], recv_sizes: list[int]) -> list[torch.Tensor]:
@@ -65,7 +79,8 @@ class Link:
         send_sizes = [c.numel() for c in chunks]
         me = self.rank
         self.counter.add(sum(send_sizes) - send_sizes[me], sum(recv_sizes) - recv_sizes[me])
-        dist.all_to_all_single(recv, send, recv_sizes, send_sizes, group=self.group)
+        with self.counter.timed():
+            dist.all_to_all_single(recv, send, recv_sizes, send_sizes, group=self.group)
         return list(recv.split(recv_sizes))
 
     def all_gather(self, chunk: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
@@ -76,7 +91,8 @@ class Link:
         padded[: chunk.numel()] = chunk.reshape(-1)
         out = torch.empty(self.size * width, dtype=torch.uint8, device=chunk.device)
         self.counter.add((self.size - 1) * width, (self.size - 1) * width)
-        dist.all_gather_single(out, padded, group=self.group)
+        with self.counter.timed():
+            dist.all_gather_single(out, padded, group=self.group)
         return [out[j * width : j * width + n] for j, n in enumerate(sizes)]
 
     def gather(self, chunk: torch.Tensor, root: int) -> list[torch.Tensor] | None:
@@ -85,10 +101,12 @@ class Link:
         if self.rank == root:
             out = [torch.empty_like(chunk) for _ in range(self.size)]
             self.counter.add(0, (self.size - 1) * _nbytes(chunk))
-            dist.gather(chunk, out, dst=self._global(root), group=self.group)
+            with self.counter.timed():
+                dist.gather(chunk, out, dst=self._global(root), group=self.group)
             return out
         self.counter.add(_nbytes(chunk), 0)
-        dist.gather(chunk, None, dst=self._global(root), group=self.group)
+        with self.counter.timed():
+            dist.gather(chunk, None, dst=self._global(root), group=self.group)
         return None
 
     def broadcast(
@@ -102,7 +120,8 @@ class Link:
         else:
             buf = torch.empty(size, dtype=torch.uint8, device=device)
             self.counter.add(0, size)
-        dist.broadcast(buf, src=self._global(root), group=self.group)
+        with self.counter.timed():
+            dist.broadcast(buf, src=self._global(root), group=self.group)
         return buf
 
     def _global(self, rank: int) -> int:

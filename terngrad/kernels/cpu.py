@@ -218,6 +218,34 @@ def _chunk_bytes(chunk, kind, param, k, w):
 _chunk_bytes = njit(inline="always", **_OPTS)(_chunk_bytes)
 
 
+@njit(inline="always", **_OPTS)
+def _piece_moments(x, bits, starts, counts, owner, chunk, p, partial, top):
+    """The sums of piece ``p`` (a chunk of bucket ``owner[p]``) into ``partial[p]``, ``top[p]``."""
+    b = owner[p]
+    lo = starts[b] + (p - counts[b]) * chunk
+    hi = min(lo + chunk, starts[b + 1])
+    if lo >= hi:
+        return
+    shift = np.float64(x[starts[b]])
+    xs = x[lo:hi]
+    bs = bits[lo:hi]
+    s1 = 0.0
+    s2 = 0.0
+    sq = 0.0
+    mx = np.int32(0)
+    for i in range(xs.size):
+        v = np.float64(xs[i])
+        d = v - shift
+        s1 += d
+        s2 += d * d
+        sq += v * v
+        mx = max(mx, bs[i] & np.int32(0x7FFFFFFF))
+    partial[p, 0] = s1
+    partial[p, 1] = s2
+    partial[p, 2] = sq
+    top[p] = mx
+
+
 @njit(parallel=True, fastmath={"reassoc"}, **_OPTS)
 def bucket_moments(x, bits, starts, chunk):
     """``(n_buckets, 5)`` float64 per bucket: count, ``sum(x - K)``, ``sum((x - K)**2)``,
@@ -233,32 +261,26 @@ def bucket_moments(x, bits, starts, chunk):
     npieces = counts[nb]
     owner = np.empty(npieces, np.int64)
     for b in range(nb):
-        owner[counts[b] : counts[b + 1]] = b
+        for p in range(counts[b], counts[b + 1]):  # a slice assignment here would become a
+            owner[p] = b  # parallel region per bucket: 80 us each on the workqueue layer
+    # tasks of consecutive pieces holding about ``chunk`` elements each, so that many small
+    # buckets (QSGD's 512) do not make many tiny tasks
+    first_piece = np.zeros(npieces + 1, np.int64)
+    ntasks = 0
+    filled = chunk
+    for p in range(npieces):
+        if filled >= chunk:
+            first_piece[ntasks] = p
+            ntasks += 1
+            filled = 0
+        b = owner[p]
+        filled += min(chunk, starts[b + 1] - starts[b] - (p - counts[b]) * chunk)
+    first_piece[ntasks] = npieces
     partial = np.zeros((npieces, 3), np.float64)
     top = np.zeros(npieces, np.int32)
-    for p in prange(npieces):
-        b = owner[p]
-        lo = starts[b] + (p - counts[b]) * chunk
-        hi = min(lo + chunk, starts[b + 1])
-        if lo < hi:
-            shift = np.float64(x[starts[b]])
-            xs = x[lo:hi]
-            bs = bits[lo:hi]
-            s1 = 0.0
-            s2 = 0.0
-            sq = 0.0
-            mx = np.int32(0)
-            for i in range(xs.size):
-                v = np.float64(xs[i])
-                d = v - shift
-                s1 += d
-                s2 += d * d
-                sq += v * v
-                mx = max(mx, bs[i] & np.int32(0x7FFFFFFF))
-            partial[p, 0] = s1
-            partial[p, 1] = s2
-            partial[p, 2] = sq
-            top[p] = mx
+    for task in prange(ntasks):
+        for p in range(first_piece[task], first_piece[task + 1]):
+            _piece_moments(x, bits, starts, counts, owner, chunk, p, partial, top)
     out = np.zeros((nb, 5), np.float64)
     tops = np.zeros(nb, np.int32)
     for p in range(npieces):
@@ -267,7 +289,9 @@ def bucket_moments(x, bits, starts, chunk):
         out[b, 2] += partial[p, 1]
         out[b, 3] += partial[p, 2]
         tops[b] = max(tops[b], top[p])
-    out[:, 4] = tops.view(np.float32)
+    maxabs = tops.view(np.float32)
+    for b in range(nb):
+        out[b, 4] = maxabs[b]
     for b in range(nb):
         out[b, 0] = starts[b + 1] - starts[b]
     return out
@@ -313,7 +337,8 @@ def grid_pack(
             bnd = bound[b]
             sc = scale[b]
             if sc <= 0:
-                ds[:] = m
+                for j in range(ds.size):  # a loop, not ds[:] = m: no nested parallel region
+                    ds[j] = m
             elif given:
                 us = uniform[i:stop]
                 for j in range(xs.size):
