@@ -45,6 +45,20 @@ class GridInput:
     cache: dict[str, Any] = field(default_factory=dict)
 
 
+def _moments(count, shifted_sum, shifted_sumsq, sumsq, maxabs, shift) -> Moments:
+    """:class:`Moments` from one-pass float64 sums per bucket, those of ``x - K`` shifted by
+    the bucket's first element ``K`` (shifting keeps the variance accurate when the mean is
+    large against the spread)."""
+    mean = shifted_sum / count
+    return Moments(
+        count=count,
+        mean=mean + shift,
+        var=(shifted_sumsq - shifted_sum * mean).clamp(min=0) / count,
+        sumsq=sumsq,
+        maxabs=maxabs,
+    )
+
+
 def _check_payload(payload: torch.Tensor, codec: Codec, numel: int) -> None:
     """The kernels read exactly ``codec.nbytes(numel)`` bytes: refuse any other length."""
     if payload.dtype != torch.uint8 or payload.numel() != codec.nbytes(numel):
@@ -236,15 +250,8 @@ class NumbaKernels(Kernels):
         raw = torch.from_numpy(
             self._run(self._cpu.bucket_moments, x, x.view(np.int32), starts, 1 << 16)
         )
-        count = raw[:, 0]
-        mean = raw[:, 1] / count  # of x - K, K the bucket's first element
-        moments = Moments(
-            count=count,
-            mean=mean + torch.from_numpy(x[starts[:-1]]).double(),
-            var=(raw[:, 2] - raw[:, 1] * mean).clamp(min=0) / count,
-            sumsq=raw[:, 3],
-            maxabs=raw[:, 4],
-        )
+        shift = torch.from_numpy(x[starts[:-1]]).double()
+        moments = _moments(raw[:, 0], raw[:, 1], raw[:, 2], raw[:, 3], raw[:, 4], shift)
         bound = q.clip_bound(moments)
         return GridInput(q, flat, layout, bound, q.scale_from_moments(moments, bound))
 
@@ -380,17 +387,12 @@ class TritonKernels(Kernels):
         np.add.at(sums, owner, part[:, :3])
         tops = np.zeros(lengths.size, np.int32)
         np.maximum.at(tops, owner, part[:, 3].astype(np.int32))
-        count = torch.from_numpy(lengths.astype(np.float64))
-        mean = torch.from_numpy(sums[:, 0]) / count
-        shift = flat[layout.bucket_starts[:-1].to(device)].double().cpu()
-        moments = Moments(
-            count=count,
-            mean=mean + shift,
-            var=(torch.from_numpy(sums[:, 1]) - torch.from_numpy(sums[:, 0]) * mean).clamp(min=0)
-            / count,
-            sumsq=torch.from_numpy(sums[:, 2]),
-            maxabs=torch.from_numpy(tops.view(np.float32).astype(np.float64)),
-        )
+        sums_t = torch.from_numpy(sums)
+        moments = _moments(
+            torch.from_numpy(lengths.astype(np.float64)), sums_t[:, 0], sums_t[:, 1],
+            sums_t[:, 2], torch.from_numpy(tops.view(np.float32).astype(np.float64)),
+            flat[layout.bucket_starts[:-1].to(device)].double().cpu(),
+        )  # fmt: skip
         bound = q.clip_bound(moments)
         local = q.scale_from_moments(moments, bound).to(device)
         return GridInput(q, flat, layout, None if bound is None else bound.to(device), local)
