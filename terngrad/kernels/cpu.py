@@ -225,6 +225,8 @@ def _piece_moments(x, bits, starts, counts, owner, chunk, p, partial, top):
     lo = starts[b] + (p - counts[b]) * chunk
     hi = min(lo + chunk, starts[b + 1])
     if lo >= hi:
+        partial[p, 0] = partial[p, 1] = partial[p, 2] = 0.0
+        top[p] = 0
         return
     shift = np.float64(x[starts[b]])
     xs = x[lo:hi]
@@ -254,8 +256,11 @@ def bucket_moments(x, bits, starts, chunk):
     with the sign cleared, which orders like the magnitudes and puts NaN above Inf, so a NaN
     comes out as NaN. Sums may be reassociated (vectorized); they are added across chunks in
     chunk order, so the result does not depend on the thread count."""
+    # no np.zeros/np.ones in these parallel functions: each becomes a parallel region of its
+    # own, about 70 microseconds apiece on the workqueue layer (most of a small bucket's cost)
     nb = starts.size - 1
-    counts = np.zeros(nb + 1, np.int64)
+    counts = np.empty(nb + 1, np.int64)
+    counts[0] = 0
     for b in range(nb):
         counts[b + 1] = counts[b] + max((starts[b + 1] - starts[b] + chunk - 1) // chunk, 1)
     npieces = counts[nb]
@@ -265,7 +270,7 @@ def bucket_moments(x, bits, starts, chunk):
             owner[p] = b  # parallel region per bucket: 80 us each on the workqueue layer
     # tasks of consecutive pieces holding about ``chunk`` elements each, so that many small
     # buckets (QSGD's 512) do not make many tiny tasks
-    first_piece = np.zeros(npieces + 1, np.int64)
+    first_piece = np.empty(npieces + 1, np.int64)
     ntasks = 0
     filled = chunk
     for p in range(npieces):
@@ -276,13 +281,17 @@ def bucket_moments(x, bits, starts, chunk):
         b = owner[p]
         filled += min(chunk, starts[b + 1] - starts[b] - (p - counts[b]) * chunk)
     first_piece[ntasks] = npieces
-    partial = np.zeros((npieces, 3), np.float64)
-    top = np.zeros(npieces, np.int32)
+    partial = np.empty((npieces, 3), np.float64)
+    top = np.empty(npieces, np.int32)
     for task in prange(ntasks):
         for p in range(first_piece[task], first_piece[task + 1]):
             _piece_moments(x, bits, starts, counts, owner, chunk, p, partial, top)
-    out = np.zeros((nb, 5), np.float64)
-    tops = np.zeros(nb, np.int32)
+    out = np.empty((nb, 5), np.float64)
+    tops = np.empty(nb, np.int32)
+    for b in range(nb):
+        for i in range(5):
+            out[b, i] = 0.0
+        tops[b] = 0
     for p in range(npieces):
         b = owner[p]
         out[b, 1] += partial[p, 0]
@@ -361,7 +370,9 @@ def sum_packed(
     nchunks = (n + chunk - 1) // chunk
     in_bytes = _chunk_bytes(chunk, kind_in, param_in, k_in, w_in)
     out_bytes = _chunk_bytes(chunk, kind_out, param_out, k_out, w_out)
-    ok = np.ones(max(nchunks, 1), np.bool_)
+    ok = np.empty(max(nchunks, 1), np.bool_)
+    for c in range(ok.size):
+        ok[c] = True
     for c in prange(nchunks):
         a = c * chunk
         e = min(a + chunk, n)
@@ -385,7 +396,9 @@ def decode_packed(payload, n, kind, param, k, w, offset, divisor, lo, bstarts, s
     False if the payload is corrupt."""
     nchunks = (n + chunk - 1) // chunk
     nbytes = _chunk_bytes(chunk, kind, param, k, w)
-    ok = np.ones(max(nchunks, 1), np.bool_)
+    ok = np.empty(max(nchunks, 1), np.bool_)
+    for c in range(ok.size):
+        ok[c] = True
     for c in prange(nchunks):
         a = c * chunk
         e = min(a + chunk, n)
