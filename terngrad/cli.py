@@ -322,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"terngrad: error: {exc}\n")
     except (TestbedUnavailable, BenchFailed) as exc:  # the machine could not: status 1
         parser.exit(1, f"terngrad: {exc}\n")
+    except KeyboardInterrupt as exc:  # Ctrl-C: what was being built is already torn down
+        parser.exit(130, f"terngrad: interrupted{f' ({exc})' if str(exc) else ''}\n")
     except torch.multiprocessing.ProcessRaisedException as exc:
         last = str(exc).strip().splitlines()[-1]
         parser.exit(1, f"terngrad: a worker failed: {last}\n")
