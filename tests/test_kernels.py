@@ -39,7 +39,7 @@ SIZE = {"numba": 200_003, "triton": 6_007}
 
 
 def _backend(name: str):
-    return NumbaKernels() if name == "numba" else TritonKernels()
+    return NumbaKernels() if name == "numba" else TritonKernels("cpu")
 
 
 GRID = [
@@ -320,3 +320,22 @@ def test_frames_from_the_exchange_path_decode_with_the_wire_layer():
             REF, REF.grid_prepare(q, g, layout), grid.local, draws, 100, 10_000, q.codec
         ).numpy(),
     )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_out_of_range_requests_are_refused(backend):
+    kernels = _backend(backend)
+    q = quantize.get("terngrad")
+    layout = Layout.of(10, (4, 6))
+    grid = kernels.grid_prepare(q, _gradient(10), layout)
+    out = torch.empty(q.codec.nbytes(20), dtype=torch.uint8)
+    with pytest.raises(ValueError, match="outside a layout of 10"):
+        kernels.grid_pack(grid, grid.local, _streams(layout), 0, 20, q.codec, out)
+    with pytest.raises(ValueError, match="1 scales for 2 buckets"):
+        kernels.decode_into(
+            torch.empty(10), _packed(REF, REF.grid_prepare(q, _gradient(10), layout),
+            grid.local, _streams(layout), 0, 10, q.codec), q.codec, 1, 1, 0, layout,
+            grid.local[:1],
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="1 random streams for 2 segments"):
+        kernels.uniform(Streams((5,)), layout)

@@ -132,3 +132,9 @@ def test_leftovers_are_refused_then_cleaned_up():
     finally:
         assert network.cleanup(PREFIX) == [f"{PREFIX}-r1"]
     assert f"{PREFIX}-r1" not in network._namespaces()
+
+
+def test_only_the_tools_own_namespaces_count():
+    assert network._ours("tg-hub", "tg") and network._ours("tg-r12", "tg")
+    for other in ("tg-router", "tg-r", "tg-r1x", "tgx-r1", "tg", "other-r1"):
+        assert not network._ours(other, "tg")

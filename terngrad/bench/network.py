@@ -26,7 +26,6 @@ and decoding. Methods:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
 import os
@@ -92,7 +91,13 @@ def rate_bits(bandwidth: str) -> int | None:
 
 
 def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, check=check)
+    """Run an ip/tc command; ``TestbedUnavailable`` with its message if it fails."""
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if check and done.returncode:
+        raise TestbedUnavailable(
+            f"'{' '.join(argv)}' failed: {done.stderr.strip() or f'exit {done.returncode}'}"
+        )
+    return done
 
 
 def _namespaces() -> list[str]:
@@ -100,14 +105,23 @@ def _namespaces() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
+def _ours(name: str, prefix: str) -> bool:
+    """True for the names this tool gives: ``{prefix}-hub`` and ``{prefix}-r<rank>``."""
+    rest = name.removeprefix(f"{prefix}-")
+    return rest != name and (rest == "hub" or (rest[:1] == "r" and rest[1:].isdigit()))
+
+
 def cleanup(prefix: str = PREFIX) -> list[str]:
-    """Delete every namespace this tool made (names ``{prefix}-...``); returns their names.
-    Deleting a namespace deletes the veth ends and qdiscs in it."""
-    gone = []
+    """Delete the namespaces this tool makes (``{prefix}-hub``, ``{prefix}-r<rank>``); returns
+    the names deleted. Deleting a namespace deletes the veth ends and qdiscs in it.
+    ``TestbedUnavailable`` if one could not be deleted (not root?)."""
+    gone, failed = [], []
     for name in _namespaces():
-        if name.startswith(f"{prefix}-"):
-            _run("ip", "netns", "delete", name, check=False)
-            gone.append(name)
+        if _ours(name, prefix):
+            done = _run("ip", "netns", "delete", name, check=False)
+            (failed if done.returncode else gone).append(name)
+    if failed:
+        raise TestbedUnavailable(f"could not delete namespaces {failed} (run as root)")
     return gone
 
 
@@ -152,7 +166,7 @@ class Testbed:
 
     def __enter__(self) -> Testbed:
         check_host()
-        if any(name.startswith(f"{self.prefix}-") for name in _namespaces()):
+        if any(_ours(name, self.prefix) for name in _namespaces()):
             raise TestbedUnavailable(
                 f"namespaces {self.prefix}-* already exist (another run, or a killed one): "
                 "remove them with 'terngrad bench network --cleanup'"
@@ -168,11 +182,16 @@ class Testbed:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._restore_signals()
         cleanup(self.prefix)
+
+    def _restore_signals(self) -> None:
         for sig, handler in getattr(self, "_signals", {}).items():
             signal.signal(sig, handler)
+        self._signals = {}
 
     def _interrupted(self, signum: int, frame: Any) -> None:
+        self._restore_signals()  # a second signal during the teardown acts as usual
         cleanup(self.prefix)
         raise KeyboardInterrupt(f"signal {signum}: testbed removed")
 
@@ -202,7 +221,8 @@ class Testbed:
             self._shape(hub, outer)
 
     def launch(self, rank: int, argv: Sequence[str], log: Path) -> subprocess.Popen:
-        """Start ``python -m terngrad.bench.network <argv>`` as rank ``rank`` in its namespace."""
+        """Start ``python -m terngrad.bench.network <argv>`` as rank ``rank`` in its namespace,
+        its output into ``log``."""
         env = {
             **os.environ,
             "MASTER_ADDR": self.address(0),
@@ -215,7 +235,8 @@ class Testbed:
         }
         cmd = ["ip", "netns", "exec", self.namespace(rank), sys.executable, "-m",
                "terngrad.bench.network", *argv]  # fmt: skip
-        return subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+        with log.open("w") as out:  # the child keeps its own descriptor
+            return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
 # --------------------------------------------------------------------------- one rank
@@ -402,6 +423,18 @@ def plot(summary: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def _wait_all(procs: list[subprocess.Popen], deadline: float, out: Path) -> None:
+    """Wait for every rank; ``BenchFailed`` as soon as one fails or the deadline passes (the
+    others would otherwise wait for it until gloo's timeout)."""
+    while any(p.poll() is None for p in procs):
+        failed = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
+        if failed:
+            raise BenchFailed(f"ranks {failed} failed; their logs: {out}/rank*.log")
+        if time.monotonic() > deadline:
+            raise BenchFailed(f"the ranks did not finish in time; their logs: {out}/rank*.log")
+        time.sleep(0.2)
+
+
 def run(
     ranks: int,
     bandwidth: str,
@@ -429,21 +462,16 @@ def run(
         argv = ["--model", model, "--batch-size", str(batch_size), "--steps", str(steps),
                 "--warmup", str(warmup), "--seed", str(seed), "--timeout", str(int(timeout)),
                 "--result", str(result), "--methods", *methods]  # fmt: skip
-        procs = [bed.launch(r, argv, out / f"rank{r}.log") for r in range(ranks)]
-        deadline = time.monotonic() + timeout
+        procs: list[subprocess.Popen] = []
         try:
-            for p in procs:
-                p.wait(timeout=max(deadline - time.monotonic(), 1))
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            raise BenchFailed(
-                f"the ranks did not finish within {timeout:.0f} s; their logs: {out}/rank*.log"
-            ) from None
+            for r in range(ranks):
+                procs.append(bed.launch(r, argv, out / f"rank{r}.log"))
+            _wait_all(procs, time.monotonic() + timeout, out)
         finally:
             for p in procs:
-                with contextlib.suppress(ProcessLookupError):
+                if p.poll() is None:
                     p.kill()
+                    p.wait()
         failed = [r for r, p in enumerate(procs) if p.returncode != 0]
         if failed or not result.exists():
             raise BenchFailed(f"ranks {failed} failed; their logs: {out}/rank*.log")

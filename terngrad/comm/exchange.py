@@ -377,7 +377,7 @@ class ParameterServerExchange(Exchange, name="ps"):
         gathered = link.gather(mine, self.root)
         total = None if gathered is None else step.sum_frames(gathered, numel, 1)
         size = codes_frame_nbytes(numel, link.size, step.quantizer.m)
-        frame = link.broadcast(total, size, self.root, step.grid.flat.device)
+        frame = link.broadcast(total, size, self.root, torch.device("cpu"))  # frames: host
         return [(0, numel, frame, self.root)], [(0, numel, mine)]
 
     def _reduce_messages(self, flat, layout, uniform, generator, key):
@@ -390,7 +390,7 @@ class ParameterServerExchange(Exchange, name="ps"):
             mean = self._mean([self._read_message(f, q, d, r) for r, f in enumerate(gathered)])
             result = self._requantize(mean, layout, key, generator).to_frame()
         size = self.aggregator.message_nbytes(d, layout.segments)
-        frame = link.broadcast(result, size, self.root, flat.device)
+        frame = link.broadcast(result, size, self.root, torch.device("cpu"))  # frames: host
         return Result(self._read_message(frame, self.aggregator, d, self.root), q.decode(message))
 
 

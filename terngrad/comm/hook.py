@@ -409,8 +409,9 @@ class HookState:
             future.set_exception(exc)
 
 
-#: configuration entries that may differ between ranks and between a state and its hook: every
-#: kernel backend gives the same bits (tested), so replicas stay identical whichever runs where
+#: configuration entries that may differ between ranks and between a state and its hook: kernel
+#: backends round to the same bytes given the same scales, and every rank decodes the same
+#: all-reduced scales and summed digits, so replicas stay identical whichever runs where
 INTERCHANGEABLE = frozenset({"kernels"})
 
 

@@ -66,7 +66,7 @@ def resolve(kernels: str = "auto", device: torch.device | str = "cpu") -> Kernel
         if kind == "cpu" and numba_available():
             return NumbaKernels()
         if kind == "cuda" and triton_available():
-            return TritonKernels()
+            return TritonKernels(device)
         return TorchKernels()
     if kernels == "torch":
         return TorchKernels()
@@ -86,7 +86,7 @@ def resolve(kernels: str = "auto", device: torch.device | str = "cpu") -> Kernel
         )
     if not triton_available():
         raise ValueError("kernels='triton' needs the triton package: pip install triton")
-    return TritonKernels()
+    return TritonKernels(device)
 
 
 __all__ = [

@@ -2,7 +2,10 @@
 
 :class:`TorchKernels` is the reference: the quantizer layer's pure-torch code and the wire
 layer's packers, step by step. :class:`NumbaKernels` fuses each operation into one parallel pass
-(:mod:`terngrad.kernels.cpu`). Both give the same bytes for the same input; the tests check it.
+(:mod:`terngrad.kernels.cpu`), :class:`TritonKernels` for CUDA (:mod:`terngrad.kernels.gpu`).
+Given the same scales and draws they give the same bytes (tested); their float64 statistics
+can round to scales one float32 ulp apart in rare buckets (one-pass shifted sums here, torch's
+``std`` in the reference).
 
 An exchange of a shared-grid quantizer (TernGrad, QSGD) calls, per bucket:
 
@@ -66,6 +69,14 @@ def _check_payload(payload: torch.Tensor, codec: Codec, numel: int) -> None:
             f"{codec} payload of {payload.numel()} bytes ({payload.dtype}) for {numel} digits; "
             f"expected {codec.nbytes(numel)} uint8 bytes (truncated data or a wrong count)"
         )
+
+
+def _check_range(lo: int, count: int, layout: Layout, scales: torch.Tensor) -> None:
+    """The kernels index ``[lo, lo + count)`` of ``layout`` and one scale per bucket."""
+    if not 0 <= lo <= lo + count <= layout.numel:
+        raise ValueError(f"elements [{lo}, {lo + count}) outside a layout of {layout.numel}")
+    if scales.numel() != layout.n_buckets:
+        raise ValueError(f"{scales.numel()} scales for {layout.n_buckets} buckets")
 
 
 def _check_draws(draws: Draws, layout: Layout) -> None:
@@ -256,6 +267,7 @@ class NumbaKernels(Kernels):
         return GridInput(q, flat, layout, bound, q.scale_from_moments(moments, bound))
 
     def grid_pack(self, grid, shared, draws, lo, hi, codec, out):
+        _check_range(lo, hi - lo, grid.layout, shared)
         _check_draws(draws, grid.layout)
         _check_payload(out, codec, hi - lo)
         layout = grid.layout
@@ -286,6 +298,7 @@ class NumbaKernels(Kernels):
             raise ValueError(f"{codec} payload holds an invalid word or padding (corrupted data)")
 
     def decode_into(self, out, payload, codec, offset, divisor, lo, layout, scales):
+        _check_range(lo, out.numel(), layout, scales)
         _check_payload(payload, codec, out.numel())
         ok = self._run(
             self._cpu.decode_packed, _np(payload), out.numel(), *_codec_args(codec), offset,
@@ -296,6 +309,7 @@ class NumbaKernels(Kernels):
             raise ValueError(f"{codec} payload holds an invalid word or padding (corrupted data)")
 
     def uniform(self, streams, layout, device="cpu"):
+        _check_draws(streams, layout)
         out = np.empty(layout.numel, np.float32)
         self._run(
             self._cpu.uniform_into, _np(layout.segment_starts), streams.key_array(), _TARGET_CHUNK,
@@ -359,11 +373,13 @@ class TritonKernels(Kernels):
 
     name = "triton"
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device | str = "cuda") -> None:
         from terngrad.kernels import gpu  # ImportError here when triton is missing
 
         self._gpu = gpu
         self._reference = TorchKernels()
+        #: where the kernels run; payloads read from host frames are copied here
+        self.device = torch.device(device)
 
     def grid_prepare(self, q, flat, layout):
         device = flat.device
@@ -398,6 +414,7 @@ class TritonKernels(Kernels):
         return GridInput(q, flat, layout, None if bound is None else bound.to(device), local)
 
     def grid_pack(self, grid, shared, draws, lo, hi, codec, out):
+        _check_range(lo, hi - lo, grid.layout, shared)
         _check_draws(draws, grid.layout)
         spec = _triton_codec(codec)
         if spec is None:
@@ -438,7 +455,7 @@ class TritonKernels(Kernels):
         for p in payloads:
             _check_payload(p, codec, numel)
         _check_payload(out, out_codec, numel)
-        device = payloads[0].device
+        device = self.device
         rows = torch.stack([p.reshape(-1) for p in payloads]).to(device)
         target = torch.empty_like(out, device=device)
         bad = torch.zeros(1, dtype=torch.int32, device=device)
@@ -455,6 +472,7 @@ class TritonKernels(Kernels):
         out.copy_(target)
 
     def decode_into(self, out, payload, codec, offset, divisor, lo, layout, scales):
+        _check_range(lo, out.numel(), layout, scales)
         spec = _triton_codec(codec)
         if spec is None:
             self._reference.decode_into(out, payload, codec, offset, divisor, lo, layout, scales)
@@ -476,6 +494,7 @@ class TritonKernels(Kernels):
             raise ValueError(f"{codec} payload holds an invalid word or padding (corrupted data)")
 
     def uniform(self, streams, layout, device="cpu"):
+        _check_draws(streams, layout)
         tables = _SegmentTables.of(layout, torch.device(device))
         out = torch.empty(layout.numel, device=device)
         keys = torch.tensor(list(streams.keys), dtype=torch.int64, device=device)

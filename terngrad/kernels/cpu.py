@@ -345,7 +345,7 @@ def grid_pack(
             ds = digits[i - a : stop - a]
             bnd = bound[b]
             sc = scale[b]
-            if sc <= 0:
+            if not sc > 0:  # as the reference: t = 0 unless s > 0 (NaN included)
                 for j in range(ds.size):  # a loop, not ds[:] = m: no nested parallel region
                     ds[j] = m
             elif given:

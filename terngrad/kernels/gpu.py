@@ -1,6 +1,7 @@
 """Triton kernels: the fused operations of :mod:`terngrad.kernels.cpu` for CUDA tensors.
 
-The same formulas, operation for operation in float32, the same counter-based draws and the
+The same formulas, operation for operation in float32 (divisions correctly rounded with
+``tl.div_rn``: Triton's ``/`` is approximate on GPUs), the same counter-based draws and the
 same packed bytes; each program handles ``BLOCK`` packing words (``K`` digits in ``W`` bytes,
 planar in blocks of ``L`` words: the layout of :mod:`terngrad.wire.pack`, where neighbouring
 digits sit in neighbouring words, so loads and stores coalesce; an n-bit codec with ``bits``
@@ -58,7 +59,7 @@ def _word_place(word, n, K: tl.constexpr, L: tl.constexpr):
     return first, word % L, (r + K - 1) // K, r
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["m"])  # m = 1 would become a constant without .to()
 def grid_pack_kernel(
     x, lo, hi, seg_starts, seg_bucket0, seg_bucket_size, n_seg, bound, scale, keys, uniform,
     m, out, nwords,
@@ -87,7 +88,7 @@ def grid_pack_kernel(
             index = (e - tl.load(seg_starts + s)).to(tl.uint64)
             u = _draw(key, index)
         a = tl.minimum(tl.abs(g), bnd)
-        pos = tl.minimum((a * mf) / sc, mf)
+        pos = tl.minimum(tl.div_rn(a * mf, sc), mf)  # `/` is approximate on GPUs
         fl = tl.floor(pos)
         step = fl.to(tl.int32) + (u < pos - fl).to(tl.int32)
         step = tl.where(sc > 0, step, 0)
@@ -139,7 +140,7 @@ def decode_kernel(
     flat = ee + lo
     s = _segment_of(flat, seg_starts, n_seg, STEPS)
     sc = tl.load(scale + _bucket_of(flat, s, seg_starts, seg_bucket0, seg_bucket_size))
-    value = ((digit - offset).to(tl.float32) * sc) / divisor
+    value = tl.div_rn((digit - offset).to(tl.float32) * sc, divisor)
     tl.store(out + e, value, mask=live)
     tl.atomic_max(bad, tl.max(tl.where(live & ~ok, 1, 0), 0))
 
