@@ -361,6 +361,15 @@ def grid_pack(
         _pack(digits, e - a, out[c * nbytes :], kind, param, k, w)
 
 
+@njit(**_OPTS)
+def _all_true(count):
+    """One ``True`` flag per task (a loop: ``np.ones`` would be a parallel region)."""
+    flags = np.empty(max(count, 1), np.bool_)
+    for c in range(flags.size):
+        flags[c] = True
+    return flags
+
+
 @njit(parallel=True, **_OPTS)
 def sum_packed(
     payloads, n, kind_in, param_in, k_in, w_in, kind_out, param_out, k_out, w_out, chunk, out
@@ -370,9 +379,7 @@ def sum_packed(
     nchunks = (n + chunk - 1) // chunk
     in_bytes = _chunk_bytes(chunk, kind_in, param_in, k_in, w_in)
     out_bytes = _chunk_bytes(chunk, kind_out, param_out, k_out, w_out)
-    ok = np.empty(max(nchunks, 1), np.bool_)
-    for c in range(ok.size):
-        ok[c] = True
+    ok = _all_true(nchunks)
     for c in prange(nchunks):
         a = c * chunk
         e = min(a + chunk, n)
@@ -396,9 +403,7 @@ def decode_packed(payload, n, kind, param, k, w, offset, divisor, lo, bstarts, s
     False if the payload is corrupt."""
     nchunks = (n + chunk - 1) // chunk
     nbytes = _chunk_bytes(chunk, kind, param, k, w)
-    ok = np.empty(max(nchunks, 1), np.bool_)
-    for c in range(ok.size):
-        ok[c] = True
+    ok = _all_true(nchunks)
     for c in prange(nchunks):
         a = c * chunk
         e = min(a + chunk, n)
