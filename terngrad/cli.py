@@ -4,6 +4,10 @@
 * ``terngrad train`` — one training run with N workers (see ``terngrad train --help``).
 * ``terngrad reproduce lenet|cifar|fashion`` — the paper's experiments, with a results table.
 * ``terngrad bench quantizers`` — every quantizer on one gradient: bytes, error, encode time.
+* ``terngrad bench codec`` / ``bench network`` — codec speed; step time on a shaped cluster.
+* ``terngrad model validate`` / ``model scale`` — the performance model against the testbed, and
+  extrapolated to many workers.
+* ``terngrad study`` — every quantizer on a model's real gradients, as an HTML/Markdown report.
 
 Bad arguments print one line and exit with status 2; a failed worker exits with status 1.
 """
@@ -71,6 +75,132 @@ def bench_network(args: argparse.Namespace) -> int:
     return 0
 
 
+def model_validate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from terngrad.bench import model
+    from terngrad.train.files import atomic_write_text
+
+    base = model.load_summary(args.calibrate)
+    runs = [model.load_summary(r) for r in args.runs]
+    prof = model.profile_model(base["model"])
+    calibration = model.calibrate(base, prof)
+    checks = model.validate(calibration, runs, prof)
+    table = model.validation_table(calibration, checks)
+    print(table)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        result = {
+            "calibration": vars(calibration),
+            "calibrated_on": args.calibrate,
+            "runs": args.runs,
+            "checks": [dict(vars(c), error=c.error) for c in checks],
+        }
+        atomic_write_text(out / "validation.json", json.dumps(result, indent=2) + "\n")
+        atomic_write_text(out / "validation.md", table + "\n")
+        print(f"Written: {out}/validation.json, {out}/validation.md")
+    return 0
+
+
+def model_scale(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from terngrad.bench import model
+    from terngrad.train.files import atomic_write_text
+
+    gpu = model.Accelerator(args.gpu_tflops * 1e12, args.batch_size, args.codec_rate)
+    results: dict[str, Any] = {
+        "assumptions": {
+            "gpu_flops_per_s": gpu.flops_per_s,
+            "batch_size_per_worker": gpu.batch_size,
+            "codec_elements_per_s": gpu.codec_elements_per_s,
+            "networks": {k: vars(model.NETWORKS[k]) for k in args.networks},
+            "input": "3x224x224, 1000 classes",
+        },
+        "workers": args.workers,
+        "networks": args.networks,
+        "models": args.models,
+        "images_per_second": {},
+    }
+    for name in args.models:
+        print(f"profiling {name} ...", file=sys.stderr, flush=True)
+        prof = model.profile_model(name, (3, 224, 224), 1000)
+        one = gpu.batch_size / gpu.compute_seconds(prof)
+        for net in args.networks:
+            per = model.scaling(prof, args.methods, args.workers, model.NETWORKS[net], gpu)
+            results["images_per_second"].setdefault(net, {})[name] = {
+                "ideal": [n * one for n in args.workers],
+                "methods": per,
+            }
+            for method, ys in per.items():
+                shown = ", ".join(f"{n}: {y:,.0f}" for n, y in zip(args.workers, ys, strict=True))
+                print(f"{name:<10} {net:<7} {method:<18} images/s at {shown}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "scaling.json", json.dumps(results, indent=2) + "\n")
+    model.plot_scaling(results, out / "scaling.png")
+    print(f"Written: {out}/scaling.json, {out}/scaling.png")
+    return 0
+
+
+def study(args: argparse.Namespace) -> int:
+    import shlex
+    from pathlib import Path
+
+    from terngrad.bench import study as st
+    from terngrad.bench.study_report import findings, write_report
+    from terngrad.train import data, models
+
+    st.check_methods(args.methods)  # fail before loading anything
+    model_name, dataset, data_dir, state = args.model, args.dataset or "mnist", args.data_dir, None
+    if args.from_checkpoint:
+        ckpt = _read_checkpoint(args.from_checkpoint)
+        saved = ckpt["config"]
+        model_name = saved["model"]
+        dataset = args.dataset or saved["dataset"]
+        data_dir = args.data_dir or saved.get("data_dir")
+        state = ckpt["model"]
+    ds = data.load(dataset, data_dir, synthetic_shape=models.default_input_shape(model_name),
+                   synthetic_classes=10, seed=args.seed)  # fmt: skip
+    torch.manual_seed(args.seed)
+    model = models.build(model_name, ds.input_shape, ds.num_classes)
+    if state is not None:
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as exc:
+            first = str(exc).strip().splitlines()[-1].strip()
+            raise ValueError(
+                f"{args.from_checkpoint} does not fit {model_name} on {dataset}: {first}"
+            ) from None
+    sampler = data.ShardSampler(len(ds.train_y), 0, 1, args.batch_size, args.seed)
+    gen = torch.Generator().manual_seed(args.seed)
+    batches = (ds.train_batch(sampler.batch(s), gen) for s in range(args.steps + 1))
+    title = f"{model_name} on {dataset}" + (" (from a checkpoint)" if state is not None else "")
+    result = st.study(
+        model, torch.nn.functional.cross_entropy, batches, steps=args.steps,
+        capture_at=args.capture_at, methods=args.methods, draws=args.draws,
+        optimizer=torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9),
+        title=title, seed=args.seed, progress=lambda m: print(m, file=sys.stderr, flush=True),
+    )  # fmt: skip
+    report = write_report(result, Path(args.out), "terngrad " + shlex.join(args.argv))
+    for line in findings(result):
+        print(line)
+    print(f"Written: {report}, {Path(args.out) / 'report.md'}, {Path(args.out) / 'study.json'}")
+    return 0
+
+
+def _read_checkpoint(path: str) -> dict[str, Any]:
+    """A ``terngrad train`` checkpoint (checksum verified, no pickled code run)."""
+    from terngrad.train import checkpoints
+    from terngrad.train.trainer import CHECKPOINT_FORMAT
+
+    ckpt = checkpoints.load(path)
+    if ckpt.get("format") != CHECKPOINT_FORMAT or "model" not in ckpt:
+        raise ValueError(f"{path} is not a terngrad training checkpoint of this version")
+    return ckpt
+
+
 # --------------------------------------------------------------------------- training
 
 
@@ -101,6 +231,7 @@ def _config(args: argparse.Namespace):
         quantizer_options=_quantizer_options(args),
         topology=args.topology,
         kernels=args.kernels,
+        policy=args.policy,
         error_feedback=args.error_feedback,
         keep_last_fp32=not args.quantize_last,
         min_numel=args.min_numel,
@@ -117,6 +248,11 @@ def _config(args: argparse.Namespace):
         dropout=args.dropout,
         seed=args.seed,
         progress=not args.quiet,
+        checkpoint_every=args.checkpoint_every,
+        keep_checkpoints=args.keep_checkpoints,
+        max_skipped_steps=args.max_skipped_steps,
+        check_replicas_every=args.check_replicas_every,
+        timeout=args.timeout,
     )
 
 
@@ -125,14 +261,15 @@ def train(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     summary = launch(
-        cfg, nnodes=args.nnodes, node_rank=args.node_rank, rdzv_endpoint=args.rdzv_endpoint
-    )
+        cfg, nnodes=args.nnodes, node_rank=args.node_rank, rdzv_endpoint=args.rdzv_endpoint,
+        resume=args.resume, max_restarts=args.max_restarts,
+    )  # fmt: skip
     if summary:
         print(
             f"test accuracy {100 * summary['accuracy']:.2f}% after {cfg.steps} steps; "
             f"{summary['bytes_sent_per_rank'] / 1e6:.2f} MB sent by rank 0 "
             f"({summary['bytes_sent_per_step']:,.0f} bytes a step); {summary['seconds']:.0f} s; "
-            f"outputs in {cfg.out}/ (metrics.jsonl, summary.json, checkpoint.pt, curves.png)"
+            f"outputs in {cfg.out}/ (metrics.jsonl, summary.json, checkpoint-*.pt, curves.png)"
         )
     return 0
 
@@ -209,6 +346,10 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
         "--kernels", default="auto", choices=KERNELS,
         help="encode/decode kernels: fused (numba, triton), the torch reference, or auto",
     )  # fmt: skip
+    g.add_argument(
+        "--policy", default="quantize", choices=("quantize", "auto"),
+        help="auto: quantize only the DDP buckets where it is predicted to be faster",
+    )  # fmt: skip
     g.add_argument("--clip", type=_positive_float, help="TernGrad: clip at CLIP sigma (2.5)")
     g.add_argument("--no-clip", action="store_true", help="TernGrad: no clipping")
     g.add_argument("--bucket-size", type=_positive_int, help="elements per scale")
@@ -236,7 +377,41 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0)
     g = p.add_argument_group("output and cluster")
     g.add_argument("--out", required=True, help="output folder (resumes from its checkpoint)")
+    g.add_argument("--resume", help="start from this checkpoint file (default: --out's newest)")
     g.add_argument("--quiet", action="store_true", help="no progress line")
+    g = p.add_argument_group("reliability")
+    g.add_argument(
+        "--checkpoint-every",
+        type=_positive_int,
+        help="steps between checkpoints (default: --eval-every)",
+    )
+    g.add_argument(
+        "--keep-checkpoints", type=_positive_int, default=3, help="newest checkpoints kept (3)"
+    )
+    g.add_argument(
+        "--max-skipped-steps",
+        type=_positive_int,
+        default=10,
+        help="consecutive NaN/Inf steps before training stops (10)",
+    )
+    g.add_argument(
+        "--check-replicas-every",
+        type=_non_negative_int,
+        default=100,
+        help="steps between replica checksum checks, 0 never (100)",
+    )
+    g.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=300.0,
+        help="seconds a collective may wait for a dead or stuck rank (300)",
+    )
+    g.add_argument(
+        "--max-restarts",
+        type=_non_negative_int,
+        default=0,
+        help="torchrun: restarts of failed workers, which resume (0)",
+    )
     g.add_argument("--nnodes", type=_positive_int, default=1, help="machines (torchrun)")
     g.add_argument("--node-rank", type=_non_negative_int, help="this machine's rank (torchrun)")
     g.add_argument("--rdzv-endpoint", help="HOST:PORT of the rendezvous (torchrun)")
@@ -307,12 +482,83 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="runs/network", help="folder for results.json, speedup.png")
     b.add_argument("--cleanup", action="store_true", help="remove a killed run's namespaces")
     b.set_defaults(func=bench_network)
+
+    from terngrad.bench.model import METHODS as MODELLED
+    from terngrad.bench.model import NETWORKS
+    from terngrad.bench.study import METHODS as STUDIED
+    from terngrad.train import data
+
+    p = sub.add_parser("study", help="every quantizer on a model's real gradients: a report")
+    p.add_argument("--model", default="lenet", choices=models.names())
+    p.add_argument("--dataset", choices=data.names(), help="(mnist; with --from-checkpoint: its)")
+    p.add_argument("--data-dir", help="the data set's folder (CIFAR-10: required)")
+    p.add_argument("--from-checkpoint", help="start from a terngrad train checkpoint file")
+    p.add_argument("--steps", type=_non_negative_int, default=200, help="training steps (200)")
+    p.add_argument(
+        "--capture-at",
+        type=_non_negative_int,
+        nargs="+",
+        help="steps whose gradients are studied (five from 0 to --steps)",
+    )
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        default=list(STUDIED),
+        metavar="METHOD",
+        help=f"quantizers to compare (all): {', '.join(STUDIED)}",
+    )
+    p.add_argument(
+        "--draws",
+        type=_number(int, 2, False, "an integer >= 2"),
+        default=16,
+        help="random draws per stochastic quantizer (16)",
+    )
+    p.add_argument("--batch-size", type=_positive_int, default=64)
+    p.add_argument("--lr", type=_positive_float, default=0.01, help="SGD, momentum 0.9 (0.01)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="runs/study", help="folder of the report (runs/study)")
+    p.set_defaults(func=study)
+
+    p = sub.add_parser("model", help="the performance model: validate it, extrapolate with it")
+    model = p.add_subparsers(dest="model", required=True)
+    b = model.add_parser("validate", help="calibrate on an unshaped run, predict shaped runs")
+    b.add_argument("--calibrate", required=True, help="results.json of a --bandwidth unlimited run")
+    b.add_argument("--runs", nargs="+", required=True, help="results.json of shaped runs")
+    b.add_argument("--out", help="folder for validation.json and validation.md")
+    b.set_defaults(func=model_validate)
+    b = model.add_parser("scale", help="images/s against workers (the paper's Figure 5)")
+    b.add_argument(
+        "--models", nargs="+", default=["alexnet", "googlenet", "vgg-a"], choices=models.names()
+    )
+    b.add_argument(
+        "--workers", nargs="+", type=_positive_int, default=[8, 16, 32, 64, 128, 256, 512]
+    )
+    b.add_argument("--networks", nargs="+", default=list(NETWORKS), choices=list(NETWORKS))
+    b.add_argument(
+        "--methods", nargs="+", default=["fp32", "fp16", "terngrad"], choices=list(MODELLED)
+    )
+    b.add_argument(
+        "--gpu-tflops",
+        type=_positive_float,
+        default=10.0,
+        help="sustained training FLOP/s of one worker, in TFLOP/s (10)",
+    )
+    b.add_argument("--batch-size", type=_positive_int, default=64, help="per worker (64)")
+    b.add_argument(
+        "--codec-rate",
+        type=_positive_float,
+        default=1e11,
+        help="elements/s the worker's fused codec encodes+decodes (1e11)",
+    )
+    b.add_argument("--out", default="runs/scaling", help="folder for scaling.json, scaling.png")
+    b.set_defaults(func=model_scale)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     from terngrad.bench.network import BenchFailed, TestbedUnavailable
     from terngrad.train.data import DataMissing
 

@@ -122,7 +122,7 @@ def training(rank: int, world: int) -> dict:
             "stats": state.stats,
             "bucket_layouts": len(state._plans),
             "plans": [
-                (sum(plan.sizes), plan.layout.n_buckets, sum(n for _, n in plan.excluded))
+                (sum(plan.sizes), plan.layout.n_buckets, [n for _, n in plan.excluded])
                 for plan in state._plans.values()
             ],
         }
@@ -301,3 +301,68 @@ def mixed_kernels(rank: int, world: int) -> dict:
     )
     other.load_state_dict(state.state_dict())
     return {"params": [p.detach().clone() for p in model.parameters()], "kernels": kernels}
+
+
+def auto_policy(rank: int, world: int) -> dict:
+    """DDP with policy="auto": a given estimate (a slow link, a costly codec call) that sends
+    the small bucket fp32 and quantizes the large one; and measured estimates."""
+    from terngrad.comm.policy import Estimate
+
+    slow = Estimate(
+        bytes_per_s=125e6, latency_s=50e-6, codec_fixed_s=2e-3, codec_s_per_element=1e-9
+    )
+    results = {}
+    for case, estimate in (("given", slow), ("measured", None)):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(32, 300), nn.ReLU(), nn.Linear(300, 1000), nn.ReLU(),
+                              nn.Linear(1000, 10))  # fmt: skip
+        # DDP's first bucket (>= 1 MiB): layers 4 and 2 (301k elements); then layer 0 (9.9k)
+        ddp = nn.parallel.DistributedDataParallel(model)
+        state = terngrad.ddp.register(ddp, policy="auto", estimate=estimate, seed=1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        _train(ddp, optimizer, rank, 4)
+        results[case] = {
+            "estimate": state.estimate,
+            "decisions": dict(state.decisions),
+            "stats": state.stats,
+            "params": [p.detach().clone() for p in model.parameters()],
+        }
+    return results
+
+
+def diverged_replicas(rank: int, world: int) -> str:
+    """Rank 1 changes one weight by one ulp; every rank runs the replica check."""
+    from terngrad.comm.consistency import ReplicasDiverged, check_replicas
+
+    torch.manual_seed(0)
+    model = MLP()
+    check_replicas(model, step=3)  # identical: passes
+    if rank == 1:
+        with torch.no_grad():
+            w = model.body[2].weight
+            w[0, 0] = torch.nextafter(w[0, 0], torch.tensor(1.0))
+    try:
+        check_replicas(model, step=4)
+    except ReplicasDiverged as exc:
+        return str(exc)
+    return "no error"
+
+
+def stuck_rank(rank: int, world: int) -> dict:
+    """Rank 1 stalls for longer than the hook's 2 s timeout before its backward pass."""
+    import time
+
+    torch.manual_seed(0)
+    model = MLP()
+    ddp = nn.parallel.DistributedDataParallel(model)
+    terngrad.ddp.register(ddp, timeout=2.0)
+    x = torch.randn(8, 32)
+    start = time.perf_counter()
+    if rank == 1:
+        time.sleep(6)
+    try:
+        ddp(x).square().mean().backward()
+        message = "no error"
+    except Exception as exc:
+        message = str(exc)
+    return {"seconds": time.perf_counter() - start, "message": message}

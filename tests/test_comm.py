@@ -9,7 +9,7 @@ from distributed import run
 
 from terngrad import quantize
 from terngrad.comm import TOPOLOGIES, shard_bounds
-from terngrad.comm.exchange import codes_frame_nbytes
+from terngrad.comm.exchange import codes_frame_nbytes, grid_traffic
 from terngrad.kernels import triton_available
 from terngrad.quantize import Layout
 
@@ -127,6 +127,9 @@ def test_bytes_match_the_analytic_count(exchanged, name, options):
             expected_ps = (scales + whole, scales + whole_agg)
         assert (get("ps")["sent"], get("ps")["received"]) == expected_ps
         assert get("allgather")["sent"] == scales + (world - 1) * whole
+        for t in TOPOLOGIES:  # the model's traffic formula is what the link counted
+            model = grid_traffic(t, d, layout.n_buckets, world, q.m)[r]
+            assert (model.sent, model.received) == (get(t)["sent"], get(t)["received"]), t
         # against the idealised (N-1)/N d (log2(2m+1) + log2(2Nm+1)) bits, sharded:
         ideal = (world - 1) / world * d * (math.log2(2 * q.m + 1) + math.log2(2 * world * q.m + 1))
         overhead = scales + 2 * (world - 1) * (52 + 8)  # headers and a word of padding a frame
@@ -156,9 +159,9 @@ def _ring(nbytes, world):
     return 2 * (world - 1) * nbytes // world
 
 
-def _hook_bytes(topology, world, rank, d, n_scales, n_excluded):
-    """Bytes one rank sends for one bucket of TernGrad (m = 1) through the hook."""
-    sent = _ring(4 * n_excluded, world) if n_excluded else 0
+def _hook_bytes(topology, world, rank, d, n_scales):
+    """Bytes one rank sends for one bucket's quantized tensors of TernGrad (m = 1)."""
+    sent = 0
     if not d:
         return sent
     sent += _ring(4 * (n_scales + 1), world)  # scales and the non-finite flag
@@ -178,7 +181,9 @@ def test_hook_stats_match_the_analytic_count(trained, topology):
     world, results = trained
     for rank, out in enumerate(results):
         case = out[(topology, "momentum", "{}")]
-        expected = sum(_hook_bytes(topology, world, rank, *plan) for plan in case["plans"][1:])
+        plans = case["plans"][1:]
+        expected = sum(_hook_bytes(topology, world, rank, d, k) for d, k, _ in plans)
+        expected += _ring(4 * sum(sum(excluded) for _, _, excluded in plans), world)  # at the end
         assert case["stats"].last_step_bytes_sent == expected
 
 
@@ -246,3 +251,30 @@ def test_ranks_on_different_kernel_backends_stay_identical():
     assert [out["kernels"] for out in results] == ["numba", "torch"]
     for a, b in zip(results[0]["params"], results[1]["params"], strict=True):
         assert torch.equal(a, b)
+
+
+def test_auto_policy_quantizes_only_the_buckets_where_it_pays():
+    from terngrad.comm.exchange import ring_bytes
+
+    world = 2
+    results = run(w.auto_policy, world)
+    for case in ("given", "measured"):
+        first = results[0][case]
+        for out in results[1:]:  # the same measurements, choices and parameters on every rank
+            assert out[case]["estimate"] == first["estimate"]
+            assert out[case]["decisions"] == first["decisions"]
+            for a, b in zip(first["params"], out[case]["params"], strict=True):
+                assert torch.equal(a, b)
+    decisions = results[0]["given"]["decisions"]  # biases (< 1024 elements) stay fp32
+    big, small = decisions[("2.weight",)], decisions[("0.weight",)]  # DDP's rebuilt buckets
+    assert big.quantize and big.quantized_seconds < big.fp32_seconds
+    assert not small.quantize  # 9.6k elements: the codec's 2 ms per call costs more than it saves
+    # last step: 2.weight quantized; bucket 2 all fp32 in one all-reduce; the last layer and
+    # 2.bias in the deferred fp32 all-reduce at the step's end
+    q = quantize.get("terngrad")
+    expected = (
+        ring_bytes(4 * (1000 * 10 + 10 + 1000), world)
+        + grid_traffic("sharded", 300000, 1, world, q.m)[0].sent
+        + ring_bytes(4 * (9600 + 300), world)
+    )
+    assert results[0]["given"]["stats"].last_step_bytes_sent == expected

@@ -49,6 +49,7 @@ def test_summary_takes_the_slowest_rank_and_the_median_step():
         "ranks": [
             {
                 "compute_seconds": [1.0, 2.0, 3.0],
+                "probe_seconds": [0.5, 0.2, 0.3],
                 "methods": [
                     {"method": "fp32", "step_seconds": [4.0, 4.0, 9.0],
                      "wire_bytes_per_step": 100.0, "codec_seconds_per_step": 0.0},
@@ -58,6 +59,7 @@ def test_summary_takes_the_slowest_rank_and_the_median_step():
             },
             {
                 "compute_seconds": [2.0, 1.0, 1.0],
+                "probe_seconds": [0.4, 0.3, 0.1],
                 "methods": [
                     {"method": "fp32", "step_seconds": [5.0, 3.0, 3.0],
                      "wire_bytes_per_step": 120.0, "codec_seconds_per_step": 0.0},
@@ -74,6 +76,11 @@ def test_summary_takes_the_slowest_rank_and_the_median_step():
     assert tern["step_seconds"] == 2.0  # 2, 3, 1 -> 2
     assert tern["speedup_vs_fp32"] == 2.5
     assert tern["wire_bytes_per_rank_per_step"] == 12.0
+    assert tern["max_wire_bytes_per_rank_per_step"] == 14.0
+    probe = s["link_probe"]  # slowest rank per repeat: 0.5, 0.3, 0.3 -> 0.3
+    assert probe["seconds"] == 0.3
+    assert probe["bytes_per_rank"] == network.PROBE_NUMEL * 4  # 2 (N-1)/N x 4 bytes, N = 2
+    assert probe["bytes_per_second"] == pytest.approx(network.PROBE_NUMEL * 4 / 0.3)
     assert tern["codec_share"] == pytest.approx(0.4 / 2.0)
     assert "terngrad" in network.table(s)
 

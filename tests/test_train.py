@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from terngrad.cli import main
-from terngrad.train.trainer import CHECKPOINT, TrainConfig
+from terngrad.train import checkpoints
+from terngrad.train.trainer import TrainConfig
 
 ARGS = ["train", "--model", "lenet", "--dataset", "mnist", "--workers", "2", "--quiet",
         "--total-batch-size", "32", "--eval-every", "2"]  # fmt: skip
@@ -20,8 +21,9 @@ def test_two_worker_run_writes_all_outputs_and_resumes(tmp_path, capsys):
     out = tmp_path / "run"
     assert main([*ARGS, "--steps", "4", "--out", str(out)]) == 0
     assert "test accuracy" in capsys.readouterr().out
-    for name in ("metrics.jsonl", "summary.json", CHECKPOINT, "curves.png"):
+    for name in ("metrics.jsonl", "summary.json", "checkpoint-00000004.pt", "curves.png"):
         assert (out / name).stat().st_size > 0, name
+    assert checkpoints.steps(out) == [2, 4]
     first = _metrics(out)
     assert [m["step"] for m in first] == [2, 4]
     assert set(first[0]) == {"step", "loss", "accuracy", "train_loss", "bytes_sent", "seconds"}
@@ -29,8 +31,8 @@ def test_two_worker_run_writes_all_outputs_and_resumes(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["config"]["workers"] == 2 and summary["steps"] == 4
     assert 0 <= summary["accuracy"] <= 1
-    ckpt = torch.load(out / CHECKPOINT, weights_only=True)
-    assert ckpt["step"] == 4 and len(ckpt["hook_states"]) == 2
+    ckpt = checkpoints.load(checkpoints.latest(out))
+    assert ckpt["step"] == 4 and len(ckpt["hook_states"]) == len(ckpt["rng_states"]) == 2
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
     # the same command with more steps resumes at step 4 and keeps the first evaluations
@@ -38,16 +40,16 @@ def test_two_worker_run_writes_all_outputs_and_resumes(tmp_path, capsys):
     resumed = _metrics(out)
     assert [m["step"] for m in resumed] == [2, 4, 6]
     assert resumed[:2] == first
-    assert torch.load(out / CHECKPOINT, weights_only=True)["step"] == 6
+    assert checkpoints.load(checkpoints.latest(out))["step"] == 6
     assert json.loads((out / "summary.json").read_text())["steps"] == 6
 
     # a different run into the same folder is refused, and nothing there is touched
-    before = (out / CHECKPOINT).read_bytes()
+    before = checkpoints.latest(out).read_bytes()
     with pytest.raises(SystemExit) as exc:
         main([*ARGS, "--steps", "6", "--lr", "0.5", "--out", str(out)])
     assert exc.value.code == 2
     assert "belongs to a different run (lr=0.01 there, 0.5 now)" in capsys.readouterr().err
-    assert (out / CHECKPOINT).read_bytes() == before
+    assert checkpoints.latest(out).read_bytes() == before
 
 
 @pytest.mark.parametrize(
@@ -86,14 +88,14 @@ def test_config_validation():
 
 
 def test_resumed_run_is_bitwise_identical_to_an_uninterrupted_one(tmp_path):
-    """Every tensor ternarized (no fp32 all-reduce, whose sums depend on DDP's buckets): the
-    random draws are per parameter and step, so a resumed run ends with the same bits."""
-    args = [*ARGS, "--quantize-last", "--min-numel", "0", "--eval-every", "3"]
+    """The random draws are per parameter and step, the data per step, and every rank's
+    generator is in the checkpoint: a resumed run ends with the same bits."""
+    args = [*ARGS, "--eval-every", "3"]
     assert main([*args, "--steps", "6", "--out", str(tmp_path / "straight")]) == 0
     assert main([*args, "--steps", "3", "--out", str(tmp_path / "resumed")]) == 0
     assert main([*args, "--steps", "6", "--out", str(tmp_path / "resumed")]) == 0
-    straight = torch.load(tmp_path / "straight" / CHECKPOINT, weights_only=True)
-    resumed = torch.load(tmp_path / "resumed" / CHECKPOINT, weights_only=True)
+    straight = checkpoints.load(checkpoints.latest(tmp_path / "straight"))
+    resumed = checkpoints.load(checkpoints.latest(tmp_path / "resumed"))
     assert straight["step"] == resumed["step"] == 6
     for name, tensor in straight["model"].items():
         assert torch.equal(tensor, resumed["model"][name]), name

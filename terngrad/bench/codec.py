@@ -24,8 +24,6 @@ measured in one run are what to compare: absolute times depend on the machine an
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -33,18 +31,9 @@ import torch
 
 from terngrad import quantize
 from terngrad.comm.exchange import GridStep, shard_bounds
+from terngrad.comm.policy import median_seconds
 from terngrad.kernels import Streams, resolve
 from terngrad.quantize import Layout
-
-
-def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def _grid_ops(kernels: str, g: torch.Tensor, workers: int) -> list[tuple[str, Callable, int]]:
@@ -93,7 +82,12 @@ def measure(
     for name in kernels:
         ops += _grid_ops(name, g, workers)
     return [
-        {"op": name, "numel": numel, "input_numel": read, "seconds": _median_seconds(fn, repeats)}
+        {
+            "op": name,
+            "numel": numel,
+            "input_numel": read,
+            "seconds": median_seconds(fn, repeats, warmup=1),
+        }
         for name, fn, read in ops
     ]
 

@@ -276,6 +276,25 @@ def _ddp(model: torch.nn.Module, method: str, seed: int):
     return ddp, state
 
 
+PROBE_NUMEL = 8 * 2**20  # 32 MiB of float32: long enough to measure a link's rate
+
+
+def _probe_link(repeats: int = 3) -> list[float]:
+    """Seconds of each of ``repeats`` fp32 all-reduces of :data:`PROBE_NUMEL` elements with
+    nothing else running: the rate gloo's ring really gets from these links."""
+    import torch.distributed as dist
+
+    buf = torch.ones(PROBE_NUMEL)
+    dist.all_reduce(buf)  # connections up, buffers allocated
+    times = []
+    for _ in range(repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        dist.all_reduce(buf)
+        times.append(time.perf_counter() - start)
+    return times
+
+
 def _timed_steps(step, warmup: int, steps: int) -> list[float]:
     for _ in range(warmup):
         step()
@@ -311,6 +330,7 @@ def worker(args: argparse.Namespace) -> None:
         nn.functional.cross_entropy(model(x), y).backward()
         optimizer.step()
 
+    probe = _probe_link()
     model = fresh_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     dist.barrier()
@@ -340,7 +360,9 @@ def worker(args: argparse.Namespace) -> None:
             print(f"{method}: median step {statistics.median(times):.3f} s", flush=True)
         del ddp, state
     gathered: list[Any] = [None] * world
-    dist.all_gather_object(gathered, {"compute_seconds": compute, "methods": rows})
+    dist.all_gather_object(
+        gathered, {"compute_seconds": compute, "probe_seconds": probe, "methods": rows}
+    )
     if rank == 0:
         Path(args.result).write_text(json.dumps({"ranks": gathered}))
     dist.barrier()
@@ -352,11 +374,16 @@ def worker(args: argparse.Namespace) -> None:
 
 def summarise(raw: dict, ranks: int, bandwidth: str, model: str) -> dict:
     """Per method: median over steps of the slowest rank's step time, speedup against fp32,
-    bytes per rank per step, the encode/decode share; compute time the same way."""
+    bytes per rank per step (mean and busiest rank), the encode/decode share; compute time
+    and the link probe (an fp32 all-reduce alone) the same way."""
     per_rank = raw["ranks"]
     compute = statistics.median(
         max(s) for s in zip(*(r["compute_seconds"] for r in per_rank), strict=True)
     )
+    probe = statistics.median(
+        max(s) for s in zip(*(r["probe_seconds"] for r in per_rank), strict=True)
+    )
+    probe_bytes = 2 * (ranks - 1) * PROBE_NUMEL * 4 // ranks
     methods = []
     for i, first in enumerate(per_rank[0]["methods"]):
         steps = [
@@ -371,6 +398,9 @@ def summarise(raw: dict, ranks: int, bandwidth: str, model: str) -> dict:
             "wire_bytes_per_rank_per_step": statistics.mean(
                 r["methods"][i]["wire_bytes_per_step"] for r in per_rank
             ),
+            "max_wire_bytes_per_rank_per_step": max(
+                r["methods"][i]["wire_bytes_per_step"] for r in per_rank
+            ),
             "codec_share": codec / step,
         })  # fmt: skip
     base = next((m["step_seconds"] for m in methods if m["method"] == "fp32"), None)
@@ -381,6 +411,12 @@ def summarise(raw: dict, ranks: int, bandwidth: str, model: str) -> dict:
         "bandwidth": bandwidth,
         "model": model,
         "compute_seconds": compute,
+        "link_probe": {
+            "what": "fp32 ring all-reduce alone, bytes sent per rank / slowest rank's seconds",
+            "bytes_per_rank": probe_bytes,
+            "seconds": probe,
+            "bytes_per_second": probe_bytes / probe,
+        },
         "methods": methods,
     }
 

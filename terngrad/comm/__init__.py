@@ -10,7 +10,10 @@ from terngrad.comm.exchange import (
     ParameterServerExchange,
     Result,
     ShardedExchange,
+    Traffic,
+    grid_traffic,
     make_exchange,
+    ring_bytes,
     shard_bounds,
 )
 from terngrad.comm.hook import (
@@ -42,10 +45,13 @@ __all__ = [
     "Stats",
     "Synchronizer",
     "Timing",
+    "Traffic",
+    "grid_traffic",
     "last_layer_names",
     "make_exchange",
     "rank_seed",
     "register",
+    "ring_bytes",
     "shard_bounds",
     "stream_seed",
 ]

@@ -3,12 +3,14 @@
 ``register(ddp_model, quantizer="terngrad", topology="sharded", **options)`` installs a standard
 ``register_comm_hook`` hook. For each DDP bucket it
 
-1. all-reduces the excluded parameters (the last layer and tensors under ``min_numel``
-   elements, by default) in fp32;
-2. averages the other parameters through :mod:`terngrad.comm.exchange`, with one scale group
-   per parameter (layer-wise scales, from the bucket's parameter boundaries), adding the
-   worker-side error-feedback residual first when ``error_feedback=True``;
-3. writes the mean into the bucket buffer in place (no second buffer of the bucket's size).
+1. averages the quantized parameters through :mod:`terngrad.comm.exchange`, with one scale
+   group per parameter (layer-wise scales, from the bucket's parameter boundaries), adding the
+   worker-side error-feedback residual first when ``error_feedback=True``, and writes the mean
+   into the bucket buffer in place (no second buffer of the bucket's size);
+2. keeps the excluded parameters (the last layer and tensors under ``min_numel`` elements, by
+   default) for the step's end: with the last bucket, one fp32 all-reduce of all of them in the
+   model's parameter order (sums independent of DDP's bucket layout, so resumed runs are
+   bitwise identical), after which every bucket's future completes.
 
 The exchanges run on one worker thread per process, bucket after bucket in the order DDP hands
 them over, which is the same on every rank, so the collectives line up across ranks however many
@@ -18,6 +20,7 @@ They use a process group of their own, so they never interleave with DDP's own c
 
 from __future__ import annotations
 
+import datetime
 import time
 import warnings
 from collections.abc import Iterable
@@ -33,10 +36,12 @@ from terngrad import quantize
 from terngrad.comm.exchange import AGGREGATES, TOPOLOGIES, make_exchange
 from terngrad.comm.link import Link
 from terngrad.comm.memory import ErrorFeedback
+from terngrad.comm.policy import Decision, Estimate, decide, measure
 from terngrad.kernels import KERNELS, Streams, resolve, stream_seed
-from terngrad.quantize import Layout, Quantizer
+from terngrad.quantize import Layout, Quantizer, SymmetricGrid
 
 STATE_FORMAT = 1
+POLICIES = ("quantize", "auto")
 
 
 def rank_seed(seed: int, rank: int) -> int:
@@ -56,6 +61,10 @@ def last_layer_names(module: nn.Module) -> set[str]:
         return set()
     prefix, owner = owners[-1]
     return {f"{prefix}.{n}" if prefix else n for n, _ in owner.named_parameters(recurse=False)}
+
+
+class CollectiveFailed(RuntimeError):
+    """A collective of the exchange timed out or lost a peer: another rank died or hangs."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +111,10 @@ class _Plan:
     sizes: tuple[int, ...]
     quantized: tuple[tuple[int, int], ...]  # (offset, numel) in the buffer
     excluded: tuple[tuple[int, int], ...]
+    excluded_indices: tuple[int, ...]  # the excluded parameters' positions in the model
     layout: Layout
+    #: a bucket the auto policy keeps in fp32: all-reduced at once, never deferred
+    fp32_bucket: bool = False
 
     @property
     def whole(self) -> bool:
@@ -133,8 +145,12 @@ class HookState:
     ``stream_seed(seed, r, t, p)``, see :mod:`terngrad.kernels.random`; re-quantized
     aggregates draw from a generator seeded ``rank_seed(seed, r)``), ``kernels`` ("auto":
     the fused CPU kernels where numba is installed, else the torch reference; "numba";
-    "torch"), ``group`` (the process group; default: a new group of all ranks). Other keyword
-    options go to ``quantize.get(quantizer, ...)``.
+    "torch"), ``policy`` ("quantize": every parameter not excluded is quantized; "auto":
+    per DDP bucket, only where the measured link and codec speeds predict a faster exchange,
+    see :mod:`terngrad.comm.policy`; ``estimate`` gives those speeds instead of measuring),
+    ``group`` (the process group; default: a new group of all ranks), ``timeout`` (seconds a
+    collective of that new group waits before failing with :class:`CollectiveFailed`;
+    default: the default group's). Other keyword options go to ``quantize.get(quantizer, ...)``.
     """
 
     def __init__(
@@ -150,7 +166,10 @@ class HookState:
         aggregate: str = "requantize",
         seed: int = 0,
         kernels: str = "auto",
+        policy: str = "quantize",
+        estimate: Estimate | None = None,
         group: dist.ProcessGroup | None = None,
+        timeout: float | None = None,
         **quantizer_options: Any,
     ) -> None:
         if not dist.is_available() or not dist.is_initialized():
@@ -179,10 +198,24 @@ class HookState:
             raise ValueError(
                 f"kernels must be one of {', '.join(map(repr, KERNELS))}, got {kernels!r}"
             )
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+        if policy == "auto" and not isinstance(self.quantizer, SymmetricGrid):
+            raise ValueError(
+                "policy='auto' predicts the exchange of the shared-grid quantizers (terngrad, "
+                f"qsgd); {self.quantizer.name} has no such model: use policy='quantize'"
+            )
         device = params[0][1].device
         self.kernels = resolve(kernels, device)
-        self.link = Link(group if group is not None else dist.new_group(backend=dist.get_backend()))
+        if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if group is None:
+            wait = None if timeout is None else datetime.timedelta(seconds=timeout)
+            group = dist.new_group(backend=dist.get_backend(), timeout=wait)
+        self.link = Link(group)
+        self.timeout = timeout
         self.exchange = make_exchange(topology, self.quantizer, self.link, aggregate, self.kernels)
+        self.topology, self.policy = topology, policy
         self.memory = ErrorFeedback() if error_feedback else None
         self._names = {id(p): name for name, p in params}
         self._index = {id(p): i for i, (_, p) in enumerate(params)}
@@ -202,10 +235,18 @@ class HookState:
             "excluded": sorted(self.excluded),
             "seed": seed,
             "kernels": self.kernels.name,
+            "policy": policy,
             "world_size": self.link.size,
             "parameters": [(name, tuple(p.shape), str(p.dtype)) for name, p in params],
         }
         self._check_same_config()
+        #: auto policy: the measurements every rank agreed on, and the choice per bucket
+        self.estimate: Estimate | None = None
+        self.decisions: dict[tuple[str, ...], Decision] = {}
+        if policy == "auto":
+            self.estimate = estimate or measure(
+                self.link.group, self.kernels, self.quantizer, device
+            )
         self._plans: dict[tuple[int, ...], _Plan] = {}
         self._steps = self._skipped_steps = 0
         self._exchange_seconds = 0.0
@@ -214,6 +255,9 @@ class HookState:
         self._step_start = (0, 0)
         self._last_step = (0, 0)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="terngrad")
+        # the DDP path's step in progress: buckets waiting for the step's end, fp32 tensors
+        self._waiting: list[tuple[torch.Tensor, torch.futures.Future]] = []
+        self._deferred: list[tuple[torch.Tensor, _Plan]] = []
 
     # --- what users read
 
@@ -255,7 +299,8 @@ class HookState:
         """Restore :meth:`state_dict` of the same rank and configuration."""
         if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
             raise ValueError("not a terngrad hook state (or one of another format version)")
-        differences = _differences(self.config, state["config"])
+        saved = {"policy": "quantize", **state["config"]}  # states saved before the option
+        differences = _differences(self.config, saved)
         if differences:
             raise ValueError(
                 "this hook state was saved with another configuration (saved value instead of "
@@ -281,20 +326,28 @@ class HookState:
 
     def reduce_bucket(self, buffer: torch.Tensor, params: list[torch.Tensor]) -> bool:
         """Average ``buffer`` (the flat gradients of ``params``, in order) over all ranks, in
-        place. Returns True if some rank's gradient was not finite: then the buffer is zeroed on
-        every rank."""
+        place, fp32 parameters included (the path of :class:`~terngrad.comm.Synchronizer`,
+        whose buckets never change). Returns True if some rank's gradient was not finite: then
+        the buffer is zeroed on every rank."""
         start = time.perf_counter()
         try:
             return self._reduce_bucket(buffer, params)
         finally:
             self._exchange_seconds += time.perf_counter() - start
 
-    def _reduce_bucket(self, buffer: torch.Tensor, params: list[torch.Tensor]) -> bool:
+    def _reduce_bucket(
+        self,
+        buffer: torch.Tensor,
+        params: list[torch.Tensor],
+        deferred: list[tuple[torch.Tensor, _Plan]] | None = None,
+    ) -> bool:
+        """The quantized parameters of the bucket now; the fp32 ones now too, or, given a
+        ``deferred`` list, appended to it for :meth:`_reduce_deferred` at the step's end."""
         plan = self._plan(params)
-        link = self.link
         skipped = False
-        if plan.excluded:
-            exact = link.all_reduce(_gather(buffer, plan.excluded)) / link.size
+        now = bool(plan.excluded) and (deferred is None or plan.fp32_bucket)
+        if now:
+            exact = self.link.all_reduce(_gather(buffer, plan.excluded)) / self.link.size
             skipped = not bool(torch.isfinite(exact).all())
         if plan.layout.numel and not skipped:
             flat = buffer.to(torch.float32) if plan.whole else _gather(buffer, plan.quantized)
@@ -321,10 +374,35 @@ class HookState:
                     _scatter(buffer, plan.quantized, result.mean)
         if skipped:
             buffer.zero_()
-        elif plan.excluded:
+        elif now:
             _scatter(buffer, plan.excluded, exact)
+        elif plan.excluded:
+            deferred.append((buffer, plan))
         self._step_skipped |= skipped
         return skipped
+
+    def _reduce_deferred(self, deferred: list[tuple[torch.Tensor, _Plan]]) -> bool:
+        """One fp32 all-reduce of every deferred tensor of the step, in the model's parameter
+        order: a ring all-reduce adds in an order set by where an element sits in the tensor,
+        so this way the sums do not depend on how DDP grouped the parameters into buckets
+        (which differs in a resumed process's first step), and a resumed run stays bitwise
+        identical to an uninterrupted one. Returns True if some rank's values were not finite."""
+        pieces = sorted(
+            (index, k, offset, n)
+            for k, (_, plan) in enumerate(deferred)
+            for index, (offset, n) in zip(plan.excluded_indices, plan.excluded, strict=True)
+        )
+        if not pieces:
+            return False
+        flat = torch.cat([deferred[k][0][o : o + n] for _, k, o, n in pieces]).to(torch.float32)
+        mean = self.link.all_reduce(flat) / self.link.size
+        if not bool(torch.isfinite(mean).all()):
+            return True
+        start = 0
+        for _, k, o, n in pieces:
+            deferred[k][0][o : o + n].copy_(mean[start : start + n])
+            start += n
+        return False
 
     def finish_step(self) -> None:
         """Close the step's counters (the DDP hook calls this after the last bucket)."""
@@ -357,6 +435,7 @@ class HookState:
         plan = self._plans.get(key)
         if plan is None:
             quantized, excluded, names, indices, offset = [], [], [], [], 0
+            excluded_indices: list[int] = []
             for p in params:
                 name = self._names.get(id(p))
                 if name is None:
@@ -367,19 +446,34 @@ class HookState:
                 span = (offset, p.numel())
                 if name in self.excluded:
                     excluded.append(span)
+                    excluded_indices.append(self._index[id(p)])
                 else:
                     quantized.append(span)
                     names.append(name)
                     indices.append(self._index[id(p)])
                 offset += p.numel()
-            sizes = tuple(n for _, n in quantized)
+            sizes, fp32_bucket = tuple(n for _, n in quantized), False
+            if self.policy == "auto":
+                layout = Layout.of(sum(sizes), sizes, self.quantizer.bucket_size)
+                decision = decide(
+                    self.estimate, self.topology, layout, self.link.size, self.quantizer.m
+                )
+                self.decisions[tuple(names)] = decision
+                fp32_bucket = not decision.quantize
+                if fp32_bucket:  # the whole bucket goes fp32, in one all-reduce
+                    spans, where = excluded + quantized, excluded_indices + indices
+                    pairs = sorted(zip(spans, where, strict=True))
+                    excluded, excluded_indices = [a for a, _ in pairs], [i for _, i in pairs]
+                    quantized, names, indices, sizes = [], [], [], ()
             plan = _Plan(
                 names=tuple(names),
                 indices=tuple(indices),
                 sizes=sizes,
                 quantized=tuple(quantized),
                 excluded=tuple(excluded),
+                excluded_indices=tuple(excluded_indices),
                 layout=Layout.of(sum(sizes), sizes, self.quantizer.bucket_size),
+                fp32_bucket=fp32_bucket,
             )
             self._plans[key] = plan
         return plan
@@ -400,13 +494,46 @@ class HookState:
             )
 
     def _run_bucket(self, buffer, params, last: bool, future: torch.futures.Future) -> None:
+        """The DDP path: the bucket's quantized parameters now, its fp32 ones with the step's
+        last bucket (:meth:`_reduce_deferred`); the futures complete when the step is done."""
+        self._waiting.append((buffer, future))
         try:
-            self.reduce_bucket(buffer, params)
-            if last:
-                self.finish_step()
-            future.set_result(buffer)
+            start = time.perf_counter()
+            try:
+                self._reduce_bucket(buffer, params, self._deferred)
+                if last:
+                    self._step_skipped |= self._reduce_deferred(self._deferred)
+            finally:
+                self._exchange_seconds += time.perf_counter() - start
+            if not last:
+                return
+            waiting, self._waiting, self._deferred = self._waiting, [], []
+            if self._step_skipped:
+                for buf, _ in waiting:
+                    buf.zero_()
+            self.finish_step()
+            for buf, fut in waiting:
+                fut.set_result(buf)
         except BaseException as exc:  # handed to DDP, which raises it in backward()
-            future.set_exception(exc)
+            waiting, self._waiting, self._deferred = self._waiting, [], []
+            err = self._explain(exc)
+            for _, fut in waiting:
+                fut.set_exception(err)
+
+    def _explain(self, exc: BaseException) -> BaseException:
+        """A collective that timed out or lost its peer, said plainly (the cause kept)."""
+        text = str(exc)
+        lost = ("timed out", "Timed out", "Connection closed", "Connection reset", "Broken pipe")
+        if not isinstance(exc, RuntimeError) or not any(s in text for s in lost):
+            return exc
+        limit = f"{self.timeout:g} s" if self.timeout else "the process group's timeout"
+        first = text.strip().splitlines()[0][:200]
+        err = CollectiveFailed(
+            f"terngrad: rank {self.link.rank}: the gradient exchange failed ({first}): another "
+            f"rank has died or is stuck; every collective waits at most {limit}"
+        )
+        err.__cause__ = exc
+        return err
 
 
 #: configuration entries that may differ between ranks and between a state and its hook: kernel

@@ -8,9 +8,10 @@ reads its own disjoint shard of the training set, and rank 0 writes into ``confi
 * ``metrics.jsonl`` — one JSON object per evaluation: step, loss and accuracy on the test set,
   train_loss (mean since the last evaluation), bytes_sent (this rank, cumulative), seconds;
 * ``summary.json`` — final accuracy, bytes per rank, wall time, the full config;
-* ``checkpoint.pt`` — model, optimizer, schedule and every rank's hook state, written atomically
-  (temporary file, fsync, rename) at every evaluation; a run started again with the same ``out``
-  resumes from it;
+* ``checkpoint-<step>.pt`` — model, optimizer, schedule, every rank's hook state and random
+  generator, written atomically with a checksum (:mod:`terngrad.train.checkpoints`) every
+  ``checkpoint_every`` steps, the newest ``keep_checkpoints`` kept; a run started again with the
+  same ``out`` resumes from the newest (or from ``resume``);
 * ``curves.png`` — test accuracy and loss against step.
 """
 
@@ -36,18 +37,22 @@ from torch import nn
 import terngrad.ddp
 from terngrad import kernels, quantize
 from terngrad.comm import TOPOLOGIES, rank_seed
+from terngrad.comm.consistency import check_replicas
+from terngrad.comm.hook import POLICIES
 from terngrad.kernels import KERNELS
+from terngrad.train import checkpoints, models
 from terngrad.train import data as datasets
-from terngrad.train import models
-from terngrad.train.files import atomic_write, atomic_write_text
+from terngrad.train.files import atomic_write_text
 from terngrad.train.progress import Progress
 
-CHECKPOINT = "checkpoint.pt"
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2
 OPTIMIZERS = ("sgd", "momentum", "adam")
 SCHEDULES = ("constant", "poly")
-#: fields that may change when a run is resumed (extending it, evaluating more often)
-RESUMABLE_CHANGES = ("steps", "eval_every", "workers_threads", "progress", "kernels")
+#: fields that may change when a run is resumed (extending it, evaluating more often, moving it)
+RESUMABLE_CHANGES = (
+    "out", "steps", "eval_every", "workers_threads", "progress", "kernels", "checkpoint_every",
+    "keep_checkpoints", "max_skipped_steps", "check_replicas_every", "timeout",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ class TrainConfig:
     quantizer_options: dict[str, Any] = field(default_factory=dict)
     topology: str = "sharded"
     kernels: str = "auto"
+    policy: str = "quantize"
     error_feedback: bool = False
     keep_last_fp32: bool = True
     min_numel: int = 1024
@@ -80,6 +86,11 @@ class TrainConfig:
     seed: int = 0
     workers_threads: int | None = None
     progress: bool = True
+    checkpoint_every: int | None = None  # None: at every evaluation
+    keep_checkpoints: int = 3
+    max_skipped_steps: int = 10  # consecutive steps with a NaN/Inf gradient before stopping
+    check_replicas_every: int = 100  # 0: never
+    timeout: float = 300.0  # seconds any collective may wait
 
     def __post_init__(self) -> None:
         def fail(message: str) -> None:
@@ -93,13 +104,21 @@ class TrainConfig:
             fail(f"unknown topology {self.topology!r}; choose one of: {', '.join(TOPOLOGIES)}")
         if self.kernels not in KERNELS:
             fail(f"unknown kernels {self.kernels!r}; choose one of: {', '.join(KERNELS)}")
+        if self.policy not in POLICIES:
+            fail(f"unknown policy {self.policy!r}; choose one of: {', '.join(POLICIES)}")
         if self.optimizer not in OPTIMIZERS:
             fail(f"unknown optimizer {self.optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
         if self.lr_schedule not in SCHEDULES:
             fail(f"unknown lr schedule {self.lr_schedule!r}; choose one of: {', '.join(SCHEDULES)}")
-        for name in ("workers", "steps", "eval_every"):
+        for name in ("workers", "steps", "eval_every", "keep_checkpoints", "max_skipped_steps"):
             if getattr(self, name) < 1:
                 fail(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.checkpoint_every is not None and self.checkpoint_every < 1:
+            fail(f"checkpoint-every must be at least 1, got {self.checkpoint_every}")
+        if self.check_replicas_every < 0:
+            fail(f"check-replicas-every must be >= 0 (0: never), got {self.check_replicas_every}")
+        if not self.timeout > 0:
+            fail(f"timeout must be a positive number of seconds, got {self.timeout}")
         if not self.lr > 0:
             fail(f"lr must be positive, got {self.lr}")
         if (self.batch_size is None) == (self.total_batch_size is None):
@@ -166,15 +185,16 @@ def _evaluate(model: nn.Module, data: datasets.DataSet, rank: int, world: int):
     return float(totals[0] / totals[2]), float(totals[1] / totals[2])
 
 
+class TrainingFailed(RuntimeError):
+    """Training cannot go on (too many non-finite steps); the checkpoints are intact."""
+
+
 def load_checkpoint(path: Path, cfg: TrainConfig) -> dict[str, Any]:
     """A checkpoint of the same run (fields other than ``RESUMABLE_CHANGES`` must match)."""
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise ValueError(f"cannot read checkpoint {path}: {exc}") from None
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not a terngrad training checkpoint")
-    saved, mine = ckpt["config"], cfg.to_dict()
+    ckpt = checkpoints.load(path)
+    if ckpt.get("format") != CHECKPOINT_FORMAT or not isinstance(ckpt.get("config"), dict):
+        raise ValueError(f"{path} is not a terngrad training checkpoint of this version")
+    saved, mine = {**TrainConfig(out=cfg.out).to_dict(), **ckpt["config"]}, cfg.to_dict()
     differing = [
         f"{k}={saved.get(k)!r} there, {mine[k]!r} now"
         for k in mine
@@ -188,7 +208,14 @@ def load_checkpoint(path: Path, cfg: TrainConfig) -> dict[str, Any]:
     return ckpt
 
 
-def train_worker(cfg: TrainConfig) -> dict[str, Any] | None:
+def resume_point(cfg: TrainConfig, resume: str | None = None) -> Path | None:
+    """The checkpoint a run starts from: ``resume`` if given, else the newest in ``cfg.out``."""
+    if resume is not None:
+        return Path(resume)
+    return checkpoints.latest(Path(cfg.out))
+
+
+def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] | None:
     """One worker's training loop; the process group must be initialised. Returns the summary
     on rank 0, ``None`` elsewhere."""
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -210,6 +237,8 @@ def train_worker(cfg: TrainConfig) -> dict[str, Any] | None:
         cfg.quantizer,
         cfg.topology,
         kernels=cfg.kernels,
+        policy=cfg.policy,
+        timeout=cfg.timeout,
         error_feedback=cfg.error_feedback,
         exclude_last=cfg.keep_last_fp32,
         min_numel=cfg.min_numel,
@@ -221,14 +250,16 @@ def train_worker(cfg: TrainConfig) -> dict[str, Any] | None:
     sampler = datasets.ShardSampler(len(data.train_y), rank, world, cfg.worker_batch, cfg.seed)
 
     start, elapsed = 0, 0.0
-    checkpoint_path = out / CHECKPOINT
-    if checkpoint_path.exists():
+    checkpoint_path = resume_point(cfg, resume)
+    if checkpoint_path is not None:
         ckpt = load_checkpoint(checkpoint_path, cfg)
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         schedule.load_state_dict(ckpt["schedule"])
         state.load_state_dict(ckpt["hook_states"][rank])
+        torch.set_rng_state(ckpt["rng_states"][rank])  # dropout draws continue where they were
         start, elapsed = ckpt["step"], ckpt["seconds"]
+    every = cfg.checkpoint_every or cfg.eval_every
 
     progress = Progress(cfg.steps, start, enabled=cfg.progress and rank == 0)
     metrics_path = out / "metrics.jsonl"
@@ -237,6 +268,7 @@ def train_worker(cfg: TrainConfig) -> dict[str, Any] | None:
     began = time.perf_counter() - elapsed
     losses: list[float] = []
     accuracy = math.nan
+    skipped_in_a_row = 0
     for step in range(start, cfg.steps):
         x, y = data.train_batch(
             sampler.batch(step), torch.Generator().manual_seed(rank_seed(cfg.seed + step, rank))
@@ -246,9 +278,22 @@ def train_worker(cfg: TrainConfig) -> dict[str, Any] | None:
         loss.backward()
         if not state.last_step_skipped:
             optimizer.step()
+            skipped_in_a_row = 0
+        else:
+            skipped_in_a_row += 1
+            if skipped_in_a_row >= cfg.max_skipped_steps:  # every rank: same skip flags
+                last = checkpoints.latest(out)
+                raise TrainingFailed(
+                    f"{skipped_in_a_row} consecutive steps (up to step {step + 1}) had a NaN or "
+                    "Inf gradient on some rank and were skipped; stopping. The last good "
+                    f"checkpoint is {last or 'none (none was written yet)'}; lower the learning "
+                    "rate or check the data, then resume from it with --resume"
+                )
         schedule.step()
         losses.append(loss.item())
         done = step + 1
+        if cfg.check_replicas_every and done % cfg.check_replicas_every == 0:
+            check_replicas(model, step=done)
         if done % cfg.eval_every == 0 or done == cfg.steps:
             test_loss, accuracy = _evaluate(model, data, rank, world)
             seconds = time.perf_counter() - began
@@ -267,7 +312,9 @@ def train_worker(cfg: TrainConfig) -> dict[str, Any] | None:
                 progress.note(
                     f"step {done}: test accuracy {100 * accuracy:.2f}%, test loss {test_loss:.4f}"
                 )
-            _save_checkpoint(cfg, checkpoint_path, model, optimizer, schedule, state, done, seconds)
+        if done % every == 0 or done == cfg.steps:
+            seconds = time.perf_counter() - began
+            _save_checkpoint(cfg, out, model, optimizer, schedule, state, done, seconds)
         progress.update(done, loss.item(), accuracy, state.stats.bytes_sent)
     progress.close()
     if cfg.steps <= start:  # nothing left to train: evaluate what the checkpoint holds
@@ -275,10 +322,13 @@ def train_worker(cfg: TrainConfig) -> dict[str, Any] | None:
     return _finish(cfg, out, state, accuracy, time.perf_counter() - began) if rank == 0 else None
 
 
-def _save_checkpoint(cfg, path, model, optimizer, schedule, state, step, seconds) -> None:
-    """All ranks' hook states go to rank 0, which writes one checkpoint atomically."""
+def _save_checkpoint(cfg, out, model, optimizer, schedule, state, step, seconds) -> None:
+    """All ranks' hook states and generators go to rank 0, which writes one checkpoint
+    atomically and keeps the newest ``cfg.keep_checkpoints``."""
     hook_states: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(hook_states, state.state_dict())
+    rng_states: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(rng_states, torch.get_rng_state())
     if dist.get_rank() == 0:
         checkpoint = {
             "format": CHECKPOINT_FORMAT,
@@ -289,8 +339,10 @@ def _save_checkpoint(cfg, path, model, optimizer, schedule, state, step, seconds
             "optimizer": optimizer.state_dict(),
             "schedule": schedule.state_dict(),
             "hook_states": hook_states,
+            "rng_states": rng_states,
         }
-        atomic_write(path, lambda f: torch.save(checkpoint, f))
+        checkpoints.save(checkpoints.path_for(out, step), checkpoint)
+        checkpoints.prune(out, cfg.keep_checkpoints)
     dist.barrier()
 
 
@@ -343,25 +395,28 @@ def _threads(cfg: TrainConfig, local_workers: int) -> int:
     return cfg.workers_threads or max(1, (os.cpu_count() or 1) // local_workers)
 
 
-def _spawned_worker(rank: int, cfg: TrainConfig, port: int, folder: str) -> None:
+def _spawned_worker(
+    rank: int, cfg: TrainConfig, port: int, folder: str, resume: str | None
+) -> None:
     torch.set_num_threads(_threads(cfg, cfg.workers))
     dist.init_process_group(
         "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
+        init_method=f"tcp://127.0.0.1:{port}",  # loopback: nothing outside this machine joins
         rank=rank,
         world_size=cfg.workers,
-        timeout=datetime.timedelta(minutes=5),
+        timeout=datetime.timedelta(seconds=cfg.timeout),
     )
     try:
-        summary = train_worker(cfg)
+        summary = train_worker(cfg, resume)
     finally:
         dist.destroy_process_group()
     if summary is not None:
         Path(folder, "summary.json").write_text(json.dumps(summary))
 
 
-def prepare_out(cfg: TrainConfig) -> Path:
-    """Create ``cfg.out`` (or check it is a writable folder); a clear error otherwise."""
+def prepare_out(cfg: TrainConfig, resume: str | None = None) -> Path:
+    """Create ``cfg.out`` (or check it is a writable folder) and check the checkpoint the run
+    would resume from; a clear error otherwise."""
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a folder")
@@ -372,8 +427,9 @@ def prepare_out(cfg: TrainConfig) -> Path:
         probe.unlink()
     except OSError as exc:
         raise ValueError(f"cannot write into --out {out}: {exc.strerror}") from None
-    if (out / CHECKPOINT).exists():
-        load_checkpoint(out / CHECKPOINT, cfg)  # fail now, not in every worker
+    start = resume_point(cfg, resume)
+    if start is not None:
+        load_checkpoint(start, cfg)  # fail now, not in every worker
     return out
 
 
@@ -383,11 +439,15 @@ def launch(
     nnodes: int = 1,
     node_rank: int | None = None,
     rdzv_endpoint: str | None = None,
+    resume: str | None = None,
+    max_restarts: int = 0,
 ) -> dict[str, Any] | None:
     """Train with ``cfg.workers`` processes on this machine, or hand them to torchrun's agent
-    when ``nnodes > 1`` or a rendezvous endpoint is given. Returns rank 0's summary (``None`` on
-    the other nodes of a cluster)."""
-    prepare_out(cfg)
+    when ``nnodes > 1`` or a rendezvous endpoint is given (it restarts the workers up to
+    ``max_restarts`` times when one fails; they resume from the newest checkpoint). Starts from
+    checkpoint ``resume`` if given, else from the newest in ``cfg.out``. Returns rank 0's
+    summary (``None`` on the other nodes of a cluster)."""
+    prepare_out(cfg, resume)
     datasets.load(  # a missing data set fails here, once, with its one-line message
         cfg.dataset, cfg.data_dir, synthetic_shape=models.default_input_shape(cfg.model),
         synthetic_classes=10, synthetic_size=1,
@@ -397,7 +457,7 @@ def launch(
     if nnodes == 1 and rdzv_endpoint is None:
         with tempfile.TemporaryDirectory() as folder:
             torch.multiprocessing.spawn(
-                _spawned_worker, args=(cfg, _free_port(), folder), nprocs=cfg.workers
+                _spawned_worker, args=(cfg, _free_port(), folder, resume), nprocs=cfg.workers
             )
             return json.loads(Path(folder, "summary.json").read_text())
     from torch.distributed import run as torchrun
@@ -405,10 +465,11 @@ def launch(
     if cfg.workers % nnodes:
         raise ValueError(f"--workers {cfg.workers} does not split evenly over {nnodes} nodes")
     config_file = Path(cfg.out) / "config.json"
-    atomic_write_text(config_file, json.dumps(cfg.to_dict()))
+    atomic_write_text(config_file, json.dumps({"config": cfg.to_dict(), "resume": resume}))
     args = [
         f"--nnodes={nnodes}",
         f"--nproc-per-node={cfg.workers // nnodes}",
+        f"--max-restarts={max_restarts}",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={rdzv_endpoint or '127.0.0.1:29400'}",
     ]
@@ -421,12 +482,15 @@ def launch(
 
 def _torchrun_worker(config_file: str) -> None:
     """Entry point of a worker that torchrun started (environment rendezvous)."""
-    cfg = TrainConfig.from_dict(json.loads(Path(config_file).read_text()))
+    saved = json.loads(Path(config_file).read_text())
+    cfg = TrainConfig.from_dict(saved["config"])
+    # a restarted worker (torchrun --max-restarts) goes on from the newest checkpoint
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
     local = int(os.environ.get("LOCAL_WORLD_SIZE", cfg.workers))
     torch.set_num_threads(_threads(cfg, local))
-    dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=5))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=cfg.timeout))
     try:
-        train_worker(cfg)
+        train_worker(cfg, None if restarted else saved["resume"])
     finally:
         dist.destroy_process_group()
 

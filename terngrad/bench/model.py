@@ -1,0 +1,567 @@
+"""An analytical model of one data-parallel training step, calibrated and checked on the testbed.
+
+A step of N workers, each with compute time ``C`` (forward ``F = f C``, backward ``C - F``):
+
+* **Gradients** become ready during the backward pass, last layer first. Parameter ``p`` is ready
+  at ``F + r_p (C - F)``, with ``r_p`` the share of backward work (2 x forward FLOPs of each
+  convolution and linear layer) done by then (:class:`Profile`). DDP groups parameters into
+  buckets in that order (the first capped at 1 MiB, the others at 25 MiB); a bucket is ready
+  when its last parameter is.
+* **Each bucket** is then encoded, sent and decoded, one bucket after the other (DDP's and our
+  hook's communication runs in order): ``start_b = max(ready_b, end_{b-1})``,
+  ``end_b = start_b + x_b + w_b``, with codec time ``x_b = κ n_b`` (``κ`` seconds per element
+  of the method, calibrated) and wire time ``w_b = bytes_b / min(B, H) + messages_b α``:
+  ``bytes_b`` the most on any rank's critical path for the bucket (per phase of the exchange
+  the larger of what it sends and receives, as links are full duplex; the parameter server's
+  gather and broadcast add up), ``B`` the link's bytes/s, ``H`` what a worker's
+  network stack moves per second, ``α`` the latency of one message. This is wait-free
+  back-propagation: communication overlaps the rest of the backward pass.
+* **Where compute, codec and network stack share the same cores** (the testbed's CPU workers),
+  the step also cannot be shorter than their sum: ``C + Σ x_b + bytes / H``.
+
+``T = max(end_last, C, C + Σ x_b + bytes / H)``.
+
+Traffic per bucket, per method (``n`` elements, ``N`` workers, ring all-reduce
+``2 (N-1)/N x bytes`` in ``2 (N-1)`` messages): fp32 ``4n`` and fp16 ``2n`` bytes ring
+all-reduced; PowerSGD (rank r) ring all-reduces the uncompressed tensors, then P (``Σ rows r``)
+and Q (``Σ cols r``) in fp32, three all-reduces; TernGrad and QSGD move exactly the frames of
+:func:`terngrad.comm.exchange.grid_traffic` for the hook's topology; the parameters the hook keeps
+in fp32 (the last layer, tensors under 1024 elements) go in one fp32 all-reduce at the end of the
+backward pass.
+
+Calibration (:func:`calibrate`): from a testbed run with unshaped links, ``H`` is the rate that
+makes the model reproduce fp32's step, and each method's ``κ`` the one that reproduces its step.
+Validation (:func:`validate`): with those, predict the steps measured on shaped links, given
+each run's compute time and its link probe (an fp32 all-reduce alone).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from terngrad import quantize
+from terngrad.comm.exchange import grid_traffic, ring_bytes
+from terngrad.comm.hook import last_layer_names
+from terngrad.quantize import Layout
+from terngrad.train.files import atomic_write
+
+FIRST_BUCKET_BYTES = 2**20  # DDP's first bucket
+BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb default
+MIN_NUMEL = 1024  # the hook's default: smaller tensors stay fp32
+FORWARD_SHARE = 1 / 3  # backward costs about twice the forward pass
+POWERSGD_RANK = 2
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter tensor: its shape, when its gradient is ready (share of the backward pass
+    done), and whether it is in the model's last layer."""
+
+    name: str
+    shape: tuple[int, ...]
+    ready: float
+    last_layer: bool
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A model as the step model needs it: parameters in the order their gradients become
+    ready, and the forward FLOPs of one sample."""
+
+    model: str
+    params: tuple[Param, ...]
+    forward_flops: float
+
+    @property
+    def numel(self) -> int:
+        return sum(p.numel for p in self.params)
+
+    def buckets(
+        self, cap_bytes: int = BUCKET_BYTES, first_cap_bytes: int = FIRST_BUCKET_BYTES
+    ) -> list[tuple[Param, ...]]:
+        """DDP's buckets of fp32 gradients: parameters in ready order, a bucket closed once it
+        holds at least its cap (the first bucket's cap is ``first_cap_bytes``)."""
+        buckets, current, size, cap = [], [], 0, first_cap_bytes
+        for p in self.params:
+            current.append(p)
+            size += 4 * p.numel
+            if size >= cap:
+                buckets.append(tuple(current))
+                current, size, cap = [], 0, cap_bytes
+        if current:
+            buckets.append(tuple(current))
+        return buckets
+
+
+def profile(module: nn.Module, input_shape: Sequence[int], name: str = "model") -> Profile:
+    """The :class:`Profile` of ``module`` for inputs of ``input_shape`` (one sample is run
+    forward to count the FLOPs of its convolutions and linear layers, 2 per multiply-add)."""
+    flops: list[tuple[nn.Module, float]] = []
+
+    def count(m: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
+        if isinstance(m, nn.Conv2d):
+            per_output = m.in_channels // m.groups * math.prod(m.kernel_size)
+            flops.append((m, 2.0 * output.numel() * per_output))
+        elif isinstance(m, nn.Linear):
+            flops.append((m, 2.0 * output.numel() * m.in_features))
+        elif next(m.parameters(recurse=False), None) is not None:
+            flops.append((m, 0.0))  # normalisation layers: parameters, negligible work
+
+    handles = [m.register_forward_hook(count) for m in module.modules()]
+    try:
+        with torch.no_grad():
+            was_training = module.training
+            module.eval()
+            module(torch.zeros(1, *input_shape))
+            module.train(was_training)
+    finally:
+        for h in handles:
+            h.remove()
+    total = sum(f for _, f in flops) or 1.0
+    ready: dict[int, float] = {}
+    done = 0.0
+    for m, f in reversed(flops):  # backward: last module first
+        done += f
+        for p in m.parameters(recurse=False):
+            ready.setdefault(id(p), done / total)
+    last = last_layer_names(module)
+    params = [
+        Param(n, tuple(p.shape), ready.get(id(p), 1.0), n in last)
+        for n, p in module.named_parameters()
+        if p.requires_grad
+    ]
+    order = sorted(range(len(params)), key=lambda i: (params[i].ready, -i))
+    return Profile(name, tuple(params[i] for i in order), sum(f for _, f in flops))
+
+
+def profile_model(
+    name: str, input_shape: Sequence[int] | None = None, num_classes: int = 10
+) -> Profile:
+    """The :class:`Profile` of one of :mod:`terngrad.train.models`, as the testbed builds it."""
+    from terngrad.train import models
+
+    shape = tuple(input_shape) if input_shape else models.default_input_shape(name)
+    torch.manual_seed(0)
+    return profile(models.build(name, shape, num_classes), shape, name)
+
+
+# --------------------------------------------------------------------------- methods
+
+
+@dataclass(frozen=True)
+class Wire:
+    """One bucket's traffic: the most bytes on any rank's critical path (see
+    :class:`~terngrad.comm.exchange.Traffic`), the bytes every rank sends on average, messages
+    on the critical path, and the elements the codec touches."""
+
+    busiest: int
+    mean_sent: float
+    messages: int
+    codec_elements: int
+
+
+def _ring(nbytes: int, world: int) -> Wire:
+    b = ring_bytes(nbytes, world)
+    return Wire(b, b, 2 * (world - 1), 0)
+
+
+def _plus(a: Wire, b: Wire) -> Wire:
+    return Wire(
+        a.busiest + b.busiest,
+        a.mean_sent + b.mean_sent,
+        a.messages + b.messages,
+        a.codec_elements + b.codec_elements,
+    )
+
+
+def _fp32(bucket: Sequence[Param], world: int) -> Wire:
+    return _ring(4 * sum(p.numel for p in bucket), world)
+
+
+def _fp16(bucket: Sequence[Param], world: int) -> Wire:
+    n = sum(p.numel for p in bucket)
+    return replace(_ring(2 * n, world), codec_elements=n)
+
+
+def _powersgd(bucket: Sequence[Param], world: int, rank: int = POWERSGD_RANK) -> Wire:
+    """PyTorch's powerSGD_hook: a matrix ``n x m`` (a tensor reshaped to its first dimension)
+    is compressed when ``2 (n + m) r < n m``; the rest is all-reduced as is."""
+    plain = p_side = q_side = 0
+    for p in bucket:
+        rows, cols = p.shape[0], p.numel // p.shape[0]
+        if len(p.shape) > 1 and 2 * (rows + cols) * rank < rows * cols:
+            p_side, q_side = p_side + rows * rank, q_side + cols * rank
+        else:
+            plain += p.numel
+    n = sum(p.numel for p in bucket)
+    wire = _plus(_plus(_ring(4 * plain, world), _ring(4 * p_side, world)), _ring(4 * q_side, world))
+    return replace(wire, codec_elements=n)
+
+
+def _kept(p: Param) -> bool:
+    """A parameter the hook keeps in fp32 (by default: the last layer, under 1024 elements)."""
+    return p.last_layer or p.numel < MIN_NUMEL
+
+
+def _hook(quantizer: str, topology: str, **options) -> Callable[[Sequence[Param], int], Wire]:
+    q = quantize.get(quantizer, **options)
+
+    def traffic(bucket: Sequence[Param], world: int) -> Wire:
+        sizes = [p.numel for p in bucket]
+        n = sum(sizes)
+        if not n:
+            return Wire(0, 0, 0, 0)
+        n_scales = Layout.of(n, sizes, q.bucket_size).n_buckets
+        ranks = grid_traffic(topology, n, n_scales, world, q.m)
+        return Wire(max(t.path for t in ranks), sum(t.sent for t in ranks) / world,
+                    ranks[0].messages, n)  # fmt: skip
+
+    return traffic
+
+
+@dataclass(frozen=True)
+class Method:
+    """A way to average gradients, as the testbed names it. ``deferred``: the parameters that
+    go in one fp32 all-reduce at the end of the backward pass instead of with their bucket."""
+
+    name: str
+    traffic: Callable[[Sequence[Param], int], Wire]
+    one_bucket: bool = False  # PowerSGD runs in one DDP bucket (it hangs on gloo with more)
+    deferred: Callable[[Param], bool] | None = None
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method("fp32", _fp32),
+        Method("fp16", _fp16),
+        Method("powersgd", _powersgd, one_bucket=True),
+        Method("terngrad", _hook("terngrad", "sharded"), deferred=_kept),
+        Method("terngrad-ps", _hook("terngrad", "ps"), deferred=_kept),
+        Method("terngrad-allgather", _hook("terngrad", "allgather"), deferred=_kept),
+        Method("qsgd", _hook("qsgd", "sharded", levels=5), deferred=_kept),
+    )
+}
+
+
+def method(name: str) -> Method:
+    if name not in METHODS:
+        raise ValueError(f"the model knows no method {name!r}; choose one of: {', '.join(METHODS)}")
+    return METHODS[name]
+
+
+# --------------------------------------------------------------------------- the step
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """N workers and their network: link ``bytes_per_s`` each way (``inf``: unshaped),
+    ``host_bytes_per_s`` a worker's network stack moves (``inf``: not a limit),
+    ``latency_s`` per message, and whether compute, codec and network stack share the
+    workers' cores (``True`` for CPU workers)."""
+
+    workers: int
+    bytes_per_s: float = math.inf
+    host_bytes_per_s: float = math.inf
+    latency_s: float = 0.0
+    shared_cores: bool = True
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"workers must be at least 1, got {self.workers}")
+        if not (self.bytes_per_s > 0 and self.host_bytes_per_s > 0 and self.latency_s >= 0):
+            raise ValueError("rates must be positive and the latency non-negative")
+
+
+@dataclass(frozen=True)
+class Step:
+    """A predicted step: its time and what bounds it."""
+
+    seconds: float
+    compute_seconds: float
+    codec_seconds: float
+    wire_seconds: float
+    pipeline_seconds: float
+    busy_seconds: float
+    bytes_per_rank: float
+    busiest_bytes: float
+
+
+def predict(
+    prof: Profile,
+    method_name: str,
+    cluster: Cluster,
+    compute_seconds: float,
+    codec_seconds_per_element: float = 0.0,
+    forward_share: float = FORWARD_SHARE,
+) -> Step:
+    """The step time of ``method_name`` (see the module docstring for the formulas)."""
+    m = method(method_name)
+    forward = forward_share * compute_seconds
+    backward = compute_seconds - forward
+    buckets = [prof.params] if m.one_bucket else prof.buckets()
+    transfers = []  # (ready seconds, traffic), in the order they go out
+    for bucket in buckets:
+        ready = forward + max(p.ready for p in bucket) * backward
+        sent_now = [p for p in bucket if not (m.deferred and m.deferred(p))]
+        transfers.append((ready, m.traffic(sent_now, cluster.workers)))
+    if m.deferred:  # one fp32 all-reduce with the last bucket
+        kept = [p for p in prof.params if m.deferred(p)]
+        transfers.append((compute_seconds, _fp32(kept, cluster.workers)))
+    rate = min(cluster.bytes_per_s, cluster.host_bytes_per_s)
+    end = codec = wire_total = sent = busiest = 0.0
+    for ready, wire in transfers:
+        if cluster.workers == 1:
+            continue
+        x = codec_seconds_per_element * wire.codec_elements
+        w = wire.busiest / rate + wire.messages * cluster.latency_s
+        end = max(ready, end) + x + w
+        codec, wire_total = codec + x, wire_total + w
+        sent, busiest = sent + wire.mean_sent, busiest + wire.busiest
+    busy = compute_seconds
+    if cluster.shared_cores:
+        busy += codec + busiest / cluster.host_bytes_per_s
+    return Step(
+        max(end, busy, compute_seconds), compute_seconds, codec, wire_total, end, busy, sent,
+        busiest,
+    )  # fmt: skip
+
+
+def _solve(f: Callable[[float], float], target: float, lo: float, hi: float) -> float:
+    """``x`` in ``[lo, hi]`` with ``f(x) = target`` for increasing ``f`` (bisection in log
+    space; an end of the range if the target lies beyond it)."""
+    if f(lo) >= target:
+        return lo
+    if f(hi) <= target:
+        return hi
+    for _ in range(100):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
+    return math.sqrt(lo * hi)
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What the model takes from a run on unshaped links: the host rate ``H`` and each
+    method's codec seconds per element."""
+
+    model: str
+    workers: int
+    host_bytes_per_s: float
+    codec_seconds_per_element: dict[str, float] = field(default_factory=dict)
+
+
+def _steps(summary: dict) -> dict[str, float]:
+    return {m["method"]: m["step_seconds"] for m in summary["methods"] if m["method"] in METHODS}
+
+
+def calibrate(summary: dict, prof: Profile) -> Calibration:
+    """``H`` and every method's ``κ`` from ``summary`` (``bench network`` results with
+    ``--bandwidth unlimited``, fp32 among the methods)."""
+    if summary.get("bandwidth") != "unlimited":
+        raise ValueError(
+            "calibrate on a run with unshaped links (terngrad bench network --bandwidth "
+            f"unlimited); this one had {summary.get('bandwidth')!r}"
+        )
+    steps, compute, n = _steps(summary), summary["compute_seconds"], summary["ranks"]
+    if "fp32" not in steps:
+        raise ValueError("the calibration run needs the fp32 method (it gives the host's rate)")
+
+    def at(host: float, name: str, kappa: float) -> float:
+        return predict(prof, name, Cluster(n, math.inf, host), compute, kappa).seconds
+
+    host = _solve(lambda h: -at(h, "fp32", 0.0), -steps["fp32"], 1e6, 1e12)
+    kappas = {
+        name: _solve(lambda k, name=name: at(host, name, k), t, 1e-13, 1e-5)
+        for name, t in steps.items()
+        if name != "fp32"
+    }
+    return Calibration(prof.model, n, host, {"fp32": 0.0, **kappas})
+
+
+@dataclass(frozen=True)
+class Check:
+    """One method at one bandwidth: measured and predicted step seconds."""
+
+    bandwidth: str
+    method: str
+    measured: float
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1.0
+
+
+def validate(calibration: Calibration, summaries: Iterable[dict], prof: Profile) -> list[Check]:
+    """Predict every method of every run in ``summaries`` (shaped links; each run's own compute
+    time and link probe as inputs) and set it beside the measurement."""
+    checks = []
+    for s in summaries:
+        if s["model"] != calibration.model or s["ranks"] != calibration.workers:
+            raise ValueError(
+                f"run of {s['model']} on {s['ranks']} ranks cannot be checked against a "
+                f"calibration of {calibration.model} on {calibration.workers}"
+            )
+        if "link_probe" not in s:
+            raise ValueError(
+                f"the {s['bandwidth']} run has no link probe: rerun it with this version of "
+                "terngrad bench network"
+            )
+        cluster = Cluster(
+            s["ranks"], s["link_probe"]["bytes_per_second"], calibration.host_bytes_per_s
+        )
+        for name, measured in _steps(s).items():
+            if name not in calibration.codec_seconds_per_element:
+                continue
+            step = predict(
+                prof, name, cluster, s["compute_seconds"],
+                calibration.codec_seconds_per_element[name],
+            )  # fmt: skip
+            checks.append(Check(s["bandwidth"], name, measured, step.seconds))
+    return checks
+
+
+# --------------------------------------------------------------------------- scaling
+
+
+@dataclass(frozen=True)
+class Network:
+    """A cluster network for the scaling study."""
+
+    name: str
+    bytes_per_s: float
+    latency_s: float
+
+
+#: 1 Gbit/s Ethernet at the 957 Mbit/s TCP measured on the testbed, 50 µs a message; 100 Gbit/s
+#: InfiniBand at 95% of line rate, 2 µs a message (assumptions, stated in docs/performance.md).
+NETWORKS = {
+    "1gbe": Network("1 Gb Ethernet", 0.957e9 / 8, 50e-6),
+    "100gib": Network("100 Gb InfiniBand", 0.95 * 100e9 / 8, 2e-6),
+}
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """A GPU worker for the scaling study: sustained training FLOP/s, batch per worker, and the
+    elements per second its fused codec encodes and decodes."""
+
+    flops_per_s: float = 10e12
+    batch_size: int = 64
+    codec_elements_per_s: float = 1e11
+
+    def compute_seconds(self, prof: Profile) -> float:
+        """Forward and backward of one batch: 3 x forward FLOPs."""
+        return 3 * prof.forward_flops * self.batch_size / self.flops_per_s
+
+
+def scaling(
+    prof: Profile,
+    methods: Sequence[str],
+    workers: Sequence[int],
+    network: Network,
+    gpu: Accelerator,
+) -> dict[str, list[float]]:
+    """Images per second against workers, per method (the paper's Figure 5 axes)."""
+    compute = gpu.compute_seconds(prof)
+    out: dict[str, list[float]] = {}
+    for name in methods:
+        kappa = 0.0 if name == "fp32" else 1.0 / gpu.codec_elements_per_s
+        out[name] = [
+            n * gpu.batch_size / predict(
+                prof, name, Cluster(n, network.bytes_per_s, math.inf, network.latency_s, False),
+                compute, kappa,
+            ).seconds
+            for n in workers
+        ]  # fmt: skip
+    return out
+
+
+# --------------------------------------------------------------------------- reports
+
+
+def load_summary(path: str) -> dict:
+    """A ``bench network`` results.json; ``ValueError`` with the reason if it is not one."""
+    import json
+
+    try:
+        with open(path) as f:
+            summary = json.load(f)
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not JSON ({exc.msg}, line {exc.lineno})") from None
+    needed = {"ranks", "bandwidth", "model", "compute_seconds", "methods"}
+    if not isinstance(summary, dict) or not needed <= set(summary):
+        raise ValueError(f"{path} is not the results.json of terngrad bench network")
+    return summary
+
+
+def validation_table(calibration: Calibration, checks: Sequence[Check]) -> str:
+    """The model-against-measurement table, in Markdown."""
+    lines = [
+        f"{calibration.model}, {calibration.workers} ranks; calibrated: host "
+        f"{calibration.host_bytes_per_s / 1e6:.0f} MB/s, codec "
+        + ", ".join(
+            f"{k} {v * 1e9:.2f} ns/element"
+            for k, v in calibration.codec_seconds_per_element.items()
+            if k != "fp32"
+        ),
+        "",
+        "| links | method | measured s | predicted s | error |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for c in checks:
+        lines.append(
+            f"| {c.bandwidth} | {c.method} | {c.measured:.3f} | {c.predicted:.3f} | "
+            f"{100 * c.error:+.1f}% |"
+        )
+    worst = max((abs(c.error) for c in checks), default=0.0)
+    lines += ["", f"largest error: {100 * worst:.1f}% over {len(checks)} predictions"]
+    return "\n".join(lines)
+
+
+def plot_scaling(results: dict, path: Path | str) -> None:
+    """Images/s against workers: one panel per network and model, a line per method, and the
+    ideal (N x one worker's compute-only rate)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    nets, models_ = results["networks"], results["models"]
+    fig, axes = plt.subplots(
+        len(nets), len(models_), figsize=(4.2 * len(models_), 3.6 * len(nets)), squeeze=False
+    )
+    workers = results["workers"]
+    for i, net in enumerate(nets):
+        for j, name in enumerate(models_):
+            ax, panel = axes[i][j], results["images_per_second"][net][name]
+            ax.plot(workers, panel["ideal"], "k:", label="linear (no communication)")
+            for method, ys in panel["methods"].items():
+                ax.plot(workers, ys, marker="o", ms=3, label=method)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_title(f"{name}, {NETWORKS[net].name}", fontsize=10)
+            ax.set_xlabel("workers")
+            ax.set_ylabel("images/s")
+            ax.grid(alpha=0.3, which="both")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle("Modelled training throughput (terngrad model scale; not measured)", fontsize=11)
+    fig.tight_layout()
+    atomic_write(Path(path), lambda f: fig.savefig(f, format="png", dpi=110))
+    plt.close(fig)

@@ -1,0 +1,156 @@
+"""Fault injection: damaged checkpoints, a SIGKILLed run resumed bit for bit, NaN steps,
+diverged replicas, a stuck rank, and every kind of bad input — each with one clear error."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import comm_workers as w
+import pytest
+import torch
+from distributed import run
+
+from terngrad.cli import main
+from terngrad.train import checkpoints
+
+RUN = ["train", "--model", "mlp", "--dataset", "synthetic", "--quiet"]
+
+
+def test_checkpoint_files_are_whole_or_refused(tmp_path):
+    state = {"format": 2, "step": 3, "weights": torch.arange(10.0)}
+    path = checkpoints.path_for(tmp_path, 3)
+    checkpoints.save(path, state)
+    loaded = checkpoints.load(path)
+    assert loaded["step"] == 3 and torch.equal(loaded["weights"], state["weights"])
+    raw = path.read_bytes()
+    cases = {
+        "truncated": raw[: len(raw) // 2],
+        "bit-flipped": raw[:-100] + bytes([raw[-100] ^ 0x10]) + raw[-99:],
+        "empty": b"",
+    }
+    for name, data in cases.items():
+        bad = tmp_path / f"{name}.pt"
+        bad.write_bytes(data)
+        with pytest.raises(ValueError, match=r"damaged|not a terngrad"):
+            checkpoints.load(bad)
+    torch.save(state, tmp_path / "plain.pt")  # a torch file, not ours
+    with pytest.raises(ValueError, match="not a terngrad training checkpoint"):
+        checkpoints.load(tmp_path / "plain.pt")
+    with pytest.raises(ValueError, match="no checkpoint at"):
+        checkpoints.load(tmp_path / "missing.pt")
+    for step in (5, 7, 9, 11):
+        checkpoints.save(checkpoints.path_for(tmp_path, step), state)
+    checkpoints.prune(tmp_path, 2)
+    assert checkpoints.steps(tmp_path) == [9, 11]
+    assert checkpoints.latest(tmp_path) == checkpoints.path_for(tmp_path, 11)
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def _train_command(out, steps):
+    args = [*RUN, "--workers", "3", "--total-batch-size", "48", "--steps", str(steps),
+            "--eval-every", "6", "--checkpoint-every", "2", "--check-replicas-every", "4",
+            "--out", str(out)]  # fmt: skip
+    return [sys.executable, "-m", "terngrad.cli", *args]
+
+
+def test_sigkilled_run_resumes_bitwise_identical(tmp_path):
+    """3 workers (so fp32 sums have an order to get wrong), default exclusions (the last
+    layer and small tensors in fp32): killed with SIGKILL mid-run, started again, it ends
+    with the same bits as a run that was never interrupted."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    straight = tmp_path / "straight"
+    subprocess.run(_train_command(straight, 18), check=True, env=env, timeout=600)
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(_train_command(killed, 18), env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while checkpoints.latest(killed) is None or checkpoints.steps(killed)[-1] < 6:
+        assert proc.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline, "no checkpoint within 300 s"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every worker, at once
+    proc.wait()
+    at_kill = checkpoints.steps(killed)
+    assert 6 <= at_kill[-1] < 18
+    subprocess.run(_train_command(killed, 18), check=True, env=env, timeout=600)
+    a = checkpoints.load(checkpoints.latest(straight))
+    b = checkpoints.load(checkpoints.latest(killed))
+    assert a["step"] == b["step"] == 18
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    assert checkpoints.steps(killed) == [14, 16, 18]  # the newest 3 kept
+
+
+def test_nan_steps_stop_training_with_the_last_good_checkpoint_intact(tmp_path, capsys):
+    out = tmp_path / "nan"
+    args = [*RUN, "--workers", "2", "--lr", "1e12", "--steps", "40", "--checkpoint-every", "1",
+            "--max-skipped-steps", "3", "--out", str(out)]  # fmt: skip
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert "3 consecutive steps" in err and "NaN or Inf gradient" in err
+    last = checkpoints.latest(out)
+    assert last is not None and last.name in err
+    good = checkpoints.load(last)
+    assert all(torch.isfinite(t).all() for t in good["model"].values())
+
+
+def test_diverged_replicas_are_named():
+    for message in run(w.diverged_replicas, 3):
+        assert message.startswith("replicas diverged at step 4: rank(s) 1 hold other parameters")
+        assert "first difference: body.2.weight" in message
+
+
+def test_a_stuck_rank_fails_the_others_within_the_timeout():
+    fast, _ = run(w.stuck_rank, 2)
+    assert "another rank has died or is stuck" in fast["message"]
+    assert "at most 2 s" in fast["message"]
+    assert fast["seconds"] < 6  # well before the stuck rank wakes up, not after 30 minutes
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([*RUN, "--steps", "-3"], "expected a positive integer"),
+        ([*RUN, "--steps", "0"], "expected a positive integer"),
+        ([*RUN[:1], "--model", "resnet"], "invalid choice: 'resnet'"),
+        ([*RUN, "--timeout", "0"], "expected a positive number"),
+        ([*RUN, "--check-replicas-every", "-1"], "expected an integer >= 0"),
+        ([*RUN, "--resume", "nowhere.pt"], "no checkpoint at nowhere.pt"),
+        (["bench", "network", "--bandwidth", "fast"], "bandwidth must be a rate"),
+        (["study", "--draws", "1"], "expected an integer >= 2"),
+    ],
+)
+def test_bad_input_gets_one_line_and_status_2(tmp_path, capsys, argv, message):
+    argv = [*argv, "--out", str(tmp_path / "x")] if argv[0] in ("train", "study") else argv
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert not (tmp_path / "x").exists() or not list((tmp_path / "x").iterdir())
+
+
+def test_damaged_or_foreign_checkpoints_are_refused_and_kept(tmp_path, capsys):
+    out = tmp_path / "run"
+    base = [*RUN, "--workers", "2", "--steps", "2", "--eval-every", "2", "--out", str(out)]
+    assert main(base) == 0
+    ckpt = checkpoints.latest(out)
+    raw = ckpt.read_bytes()
+    ckpt.write_bytes(raw[:-10])  # truncated
+    with pytest.raises(SystemExit) as exc:
+        main([*base[:-4], "--steps", "4", "--out", str(out)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "is damaged" in err and len(err.strip().splitlines()) == 1
+    assert ckpt.read_bytes() == raw[:-10]  # nothing overwritten
+    ckpt.write_bytes(raw)
+    other = tmp_path / "other"  # a checkpoint of another model, given with --resume
+    with pytest.raises(SystemExit) as exc:
+        main([*RUN[:1], "--model", "lenet", "--dataset", "synthetic", "--quiet", "--workers", "2",
+              "--steps", "4", "--resume", str(ckpt), "--out", str(other)])  # fmt: skip
+    assert exc.value.code == 2
+    assert "belongs to a different run (model='mlp' there, 'lenet' now)" in capsys.readouterr().err

@@ -1,0 +1,182 @@
+"""``terngrad study``: the estimators on gradients with known answers, the training capture,
+the report's parts, and the command."""
+
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from terngrad import quantize
+from terngrad.bench import study as st
+from terngrad.bench.study_report import findings, write_report
+from terngrad.cli import main
+
+
+def _bell(n=1000, seed=0, tail=0.0):
+    g = torch.randn(n, generator=torch.Generator().manual_seed(seed))
+    if tail:
+        g[: int(n * tail)] *= 8.0  # a few large entries, as real gradients have
+    return g
+
+
+def test_terngrad_variance_matches_its_formula_and_the_draws():
+    g = _bell()
+    q = quantize.get("terngrad", clip=None)
+    m = st.measure(q, g, draws=2000, seed=1)
+    s = g.abs().max()
+    exact = float((s * g.abs() - g.square()).sum())  # E(t - g)^2 = s|g| - g^2, element-wise
+    assert m.sq_error == pytest.approx(exact, rel=1e-4)
+    assert m.sampled_sq_error == pytest.approx(exact, rel=0.03)  # 2000 draws: SE well under 1%
+    assert m.zeros == pytest.approx(1 - float((g.abs() / s).mean()), abs=0.01)
+    assert m.bits_per_element == 8 * q.message_nbytes(1000) / 1000  # the exact frame
+    assert 8 * (1000 // 5) / 1000 == 1.6  # of which payload: base 3, five digits a byte
+
+
+@pytest.mark.parametrize("method", ["terngrad-noclip", "qsgd-5", "linear-5", "orq-5"])
+def test_unbiased_methods_show_no_bias_beyond_the_noise(method):
+    name, options = st.METHODS[method]
+    m = st.measure(quantize.get(name, **options), _bell(seed=2, tail=0.02), draws=200, seed=3)
+    t = st.combine([m])
+    assert t.bias <= 3 * t.bias_floor + 1e-3  # the sample mean's own noise removed
+    assert t.sampled_normalized_variance == pytest.approx(t.normalized_variance, rel=0.1)
+
+
+def test_biased_methods_show_their_bias():
+    g = _bell(seed=4, tail=0.02)
+    sign = st.combine([st.measure(quantize.get("signsgd"), g, draws=8)])
+    assert sign.bias > 0.3 and sign.bias_floor == 0.0  # deterministic: one draw, no noise
+    clipped = st.combine([st.measure(quantize.get("terngrad"), g, draws=400, seed=5)])
+    # E Q(g) = clip(g) exactly, so the bias is the clipping's ‖clip(g) - g‖ / ‖g‖
+    sigma = float(g.double().std(unbiased=False))
+    expected = float((g.double().clamp(-2.5 * sigma, 2.5 * sigma) - g).norm() / g.double().norm())
+    assert clipped.bias == pytest.approx(expected, abs=3 * clipped.bias_floor)
+    assert clipped.bias > 5 * clipped.bias_floor
+
+
+def test_totals_add_tensors_and_fp32_is_exact():
+    a, b = _bell(300, seed=6), _bell(700, seed=7) * 0.1
+    q = quantize.get("terngrad", clip=None)
+    ma, mb = st.measure(q, a, 4), st.measure(q, b, 4)
+    t = st.combine([ma, mb])
+    assert t.numel == 1000
+    assert t.normalized_variance == pytest.approx(
+        (ma.sq_error + mb.sq_error) / (ma.sq_norm + mb.sq_norm)
+    )
+    exact = st.combine([st.measure(quantize.get("fp32"), a, 4)])
+    assert exact.normalized_variance == 0.0 and exact.bias == 0.0
+    assert exact.angle_degrees == pytest.approx(0.0, abs=1e-3)
+    assert exact.bits_per_element > 32  # the frame's header on 300 elements
+    g = _bell(seed=8, tail=0.02).double()
+    sigma, share, angle = st.clip_effect(g)
+    c = g.clamp(-2.5 * sigma, 2.5 * sigma)
+    assert sigma == pytest.approx(float(g.std(unbiased=False)))
+    assert share == float((g.abs() > 2.5 * sigma).double().mean()) and 0 < share < 0.05
+    assert angle == pytest.approx(math.degrees(math.acos(float(c @ g / (c.norm() * g.norm())))))
+
+
+def _mlp_batches(n, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.randn(20, 4, generator=gen)
+    for _ in range(n):
+        x = torch.randn(32, 20, generator=gen)
+        yield x, (x @ w).argmax(1)
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 4))
+
+
+METHODS = ["fp16", "terngrad", "terngrad-noclip", "qsgd-3", "linear-3", "orq-3", "signsgd"]
+
+
+@pytest.fixture(scope="module")
+def small_study():
+    return st.study(_mlp(), nn.functional.cross_entropy, _mlp_batches(9), steps=8,
+                    capture_at=[0, 4, 8], methods=METHODS, draws=4, title="mlp")  # fmt: skip
+
+
+def test_study_captures_the_steps_and_measures_everything(small_study):
+    s = small_study
+    assert [c.step for c in s.captures] == [0, 4, 8]
+    assert s.layers == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert len(s.measures) == 3 * len(METHODS) * 4
+    assert s.captures[-1].loss < s.captures[0].loss  # it trained
+    for step in (0, 4, 8):  # clipping lowers TernGrad's variance on every capture
+        assert (
+            s.total(step, "terngrad").normalized_variance
+            <= s.total(step, "terngrad-noclip").normalized_variance
+        )
+
+
+def test_study_refuses_bad_input():
+    with pytest.raises(ValueError, match="unknown study methods"):
+        st.study(_mlp(), nn.functional.cross_entropy, _mlp_batches(3), steps=2, methods=["topk"])
+    with pytest.raises(ValueError, match="capture steps must lie"):
+        st.study(_mlp(), nn.functional.cross_entropy, _mlp_batches(3), steps=2, capture_at=[5])
+    with pytest.raises(ValueError, match="batches ran out at step 3"):
+        st.study(_mlp(), nn.functional.cross_entropy, _mlp_batches(3), steps=4, methods=["fp16"])
+    with pytest.raises(ValueError, match="draws must be"):
+        st.study(_mlp(), nn.functional.cross_entropy, _mlp_batches(3), steps=2, draws=1)
+
+
+def test_report_has_all_its_parts(small_study, tmp_path):
+    html_path = write_report(small_study, tmp_path, "terngrad study --model mlp")
+    html = html_path.read_text()
+    assert html.count("data:image/png;base64,") == 3  # self-contained: figures embedded
+    parts = ("Findings", "Summary at the last step", "Per tensor",
+             "Gradient histograms and clipping", "Over training", "terngrad study")  # fmt: skip
+    for part in parts:
+        assert part in html
+    md = (tmp_path / "report.md").read_text()
+    for figure in ("histograms.png", "pareto.png", "over-steps.png"):
+        assert f"]({figure})" in md and (tmp_path / figure).stat().st_size > 5_000
+    numbers = json.loads((tmp_path / "study.json").read_text())
+    assert set(numbers["totals"]) == {"0", "4", "8"}
+    assert set(numbers["totals"]["8"]) == set(METHODS)
+    facts = findings(small_study)
+    assert any("With 3 levels ORQ" in f for f in facts)
+    assert any("Clipping at 2.5σ" in f for f in facts)
+    assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temporaries
+
+
+def test_study_command_and_checkpoint(tmp_path, capsys):
+    args = ["study", "--model", "mlp", "--dataset", "synthetic", "--steps", "3", "--draws", "2",
+            "--methods", "terngrad", "terngrad-noclip", "signsgd"]  # fmt: skip
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    assert "terngrad study --model mlp" in (tmp_path / "a" / "report.md").read_text()
+    # a checkpoint as terngrad train writes it
+    from terngrad.train import checkpoints, data, models
+    from terngrad.train.trainer import CHECKPOINT_FORMAT, TrainConfig
+
+    ds = data.load("synthetic", None, synthetic_shape=models.default_input_shape("mlp"),
+                   synthetic_classes=10, seed=0)  # fmt: skip
+    model = models.build("mlp", ds.input_shape, ds.num_classes)
+    cfg = TrainConfig(out=str(tmp_path / "run"), model="mlp", dataset="synthetic")
+    ckpt = {"format": CHECKPOINT_FORMAT, "config": cfg.to_dict(), "model": model.state_dict()}
+    checkpoints.save(tmp_path / "checkpoint.pt", ckpt)
+    assert main([*args[:1], "--from-checkpoint", str(tmp_path / "checkpoint.pt"), *args[5:],
+                 "--out", str(tmp_path / "b")]) == 0  # fmt: skip
+    assert "(from a checkpoint)" in (tmp_path / "b" / "report.md").read_text()
+    capsys.readouterr()
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint")
+    for path, message in ((bad, "not a terngrad training checkpoint"),
+                          (tmp_path / "none.pt", "no checkpoint")):  # fmt: skip
+        with pytest.raises(SystemExit) as exc:
+            main(["study", "--from-checkpoint", str(path), "--out", str(tmp_path / "c")])
+        assert exc.value.code == 2 and message in capsys.readouterr().err
+    ckpt["config"]["model"] = "lenet"  # weights of another model
+    checkpoints.save(tmp_path / "other.pt", ckpt)
+    with pytest.raises(SystemExit) as exc:
+        main(["study", "--from-checkpoint", str(tmp_path / "other.pt"), "--dataset", "synthetic",
+              "--out", str(tmp_path / "c")])  # fmt: skip
+    assert exc.value.code == 2 and "does not fit lenet" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["study", "--methods", "topk", "--out", str(tmp_path / "c")])
+    assert exc.value.code == 2 and "unknown study methods" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()  # nothing written for bad input
+    saved = json.loads((tmp_path / "b" / "study.json").read_text())
+    assert math.isfinite(saved["steps"][0]["loss"])
