@@ -153,10 +153,16 @@ def study(args: argparse.Namespace) -> int:
     from terngrad.train import data, models
 
     st.check_methods(args.methods)  # fail before loading anything
-    model_name, dataset, data_dir, state = args.model, args.dataset or "mnist", args.data_dir, None
+    model_name, dataset = args.model or "lenet", args.dataset or "mnist"
+    data_dir, state = args.data_dir, None
     if args.from_checkpoint:
         ckpt = _read_checkpoint(args.from_checkpoint)
         saved = ckpt["config"]
+        if args.model and args.model != saved["model"]:
+            raise ValueError(
+                f"--model {args.model} does not match the checkpoint's model {saved['model']} "
+                "(leave --model out with --from-checkpoint)"
+            )
         model_name = saved["model"]
         dataset = args.dataset or saved["dataset"]
         data_dir = args.data_dir or saved.get("data_dir")
@@ -489,7 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
     from terngrad.train import data
 
     p = sub.add_parser("study", help="every quantizer on a model's real gradients: a report")
-    p.add_argument("--model", default="lenet", choices=models.names())
+    p.add_argument("--model", choices=models.names(), help="(lenet; with --from-checkpoint: its)")
     p.add_argument("--dataset", choices=data.names(), help="(mnist; with --from-checkpoint: its)")
     p.add_argument("--data-dir", help="the data set's folder (CIFAR-10: required)")
     p.add_argument("--from-checkpoint", help="start from a terngrad train checkpoint file")

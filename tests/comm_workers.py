@@ -349,14 +349,17 @@ def diverged_replicas(rank: int, world: int) -> str:
 
 
 def stuck_rank(rank: int, world: int) -> dict:
-    """Rank 1 stalls for longer than the hook's 2 s timeout before its backward pass."""
+    """Rank 1 stalls for longer than the hook's 2 s timeout before its third step (several
+    DDP buckets by then: the later ones must fail at once, not time out each)."""
     import time
 
     torch.manual_seed(0)
     model = MLP()
-    ddp = nn.parallel.DistributedDataParallel(model)
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
     terngrad.ddp.register(ddp, timeout=2.0)
     x = torch.randn(8, 32)
+    for _ in range(2):  # together; DDP rebuilds its buckets (a sync) at the second forward
+        ddp(x).square().mean().backward()
     start = time.perf_counter()
     if rank == 1:
         time.sleep(6)
@@ -366,3 +369,17 @@ def stuck_rank(rank: int, world: int) -> dict:
     except Exception as exc:
         message = str(exc)
     return {"seconds": time.perf_counter() - start, "message": message}
+
+
+def mismatched_runs(rank: int, world: int) -> str:
+    """Rank 1 was started with another learning rate and model."""
+    from terngrad.train.trainer import TrainConfig, check_same_run
+
+    cfg = TrainConfig(out=f"/tmp/node{rank}", workers=world)
+    if rank == 1:
+        cfg = TrainConfig(out="/tmp/node1", workers=world, lr=0.5, model="mlp")
+    try:
+        check_same_run(cfg)
+    except ValueError as exc:
+        return str(exc)
+    return "no error"

@@ -183,6 +183,7 @@ def test_auto_policy_rule():
     infinite = Estimate(1e15, 0.0, 1e-3, 2e-9)
     assert not decide(infinite, "sharded", layout, 4, 1).quantize  # the codec costs more
     assert not decide(gigabit, "sharded", Layout.of(0, [], None), 4, 1).quantize
+    assert not decide(gigabit, "sharded", layout, 1, 1).quantize  # one rank: nothing to send
 
 
 def test_model_commands(tmp_path, capsys):

@@ -154,3 +154,46 @@ def test_damaged_or_foreign_checkpoints_are_refused_and_kept(tmp_path, capsys):
               "--steps", "4", "--resume", str(ckpt), "--out", str(other)])  # fmt: skip
     assert exc.value.code == 2
     assert "belongs to a different run (model='mlp' there, 'lenet' now)" in capsys.readouterr().err
+
+
+def test_ranks_started_with_different_settings_fail_naming_them():
+    for message in run(w.mismatched_runs, 2):
+        assert message == (
+            "the ranks were started with different settings (compared with rank 0): rank 1: "
+            "lr=0.5 instead of 0.01, model='mlp' instead of 'lenet'"
+        )
+
+
+def test_resuming_an_older_checkpoint_into_a_newer_run_is_refused(tmp_path, capsys):
+    out = tmp_path / "run"
+    base = [*RUN, "--workers", "2", "--steps", "4", "--eval-every", "2", "--out", str(out)]
+    assert main(base) == 0
+    older = checkpoints.path_for(out, 2)
+    with pytest.raises(SystemExit) as exc:
+        main([*base, "--resume", str(older)])
+    assert exc.value.code == 2
+    assert "holds checkpoints newer than" in capsys.readouterr().err
+    assert checkpoints.steps(out) == [2, 4]
+    with pytest.raises(SystemExit) as exc:
+        main([*base, "--max-restarts", "2"])
+    assert exc.value.code == 2 and "--max-restarts needs torchrun" in capsys.readouterr().err
+
+
+def test_a_record_cut_short_by_a_crash_is_dropped_on_resume(tmp_path):
+    from terngrad.train.trainer import _truncate_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 2, "loss": 1.0}\n{"step": 4, "loss": 0.9}\n{"step": 6, "lo')
+    _truncate_metrics(path, 4)
+    assert path.read_text() == '{"step": 2, "loss": 1.0}\n{"step": 4, "loss": 0.9}\n'
+
+
+def test_error_feedback_of_a_skipped_step_is_dropped():
+    from terngrad.comm.memory import ErrorFeedback
+
+    memory = ErrorFeedback()
+    memory.update(("a",), (3,), torch.tensor([1.0, 2.0, 3.0]), torch.zeros(3))
+    memory.commit()
+    memory.update(("a",), (3,), torch.tensor([float("nan")] * 3), torch.zeros(3))
+    memory.discard()  # the step was skipped
+    assert torch.equal(memory.residuals["a"], torch.tensor([1.0, 2.0, 3.0]))

@@ -74,6 +74,8 @@ def test_totals_add_tensors_and_fp32_is_exact():
     assert sigma == pytest.approx(float(g.std(unbiased=False)))
     assert share == float((g.abs() > 2.5 * sigma).double().mean()) and 0 < share < 0.05
     assert angle == pytest.approx(math.degrees(math.acos(float(c @ g / (c.norm() * g.norm())))))
+    assert st.clip_effect(torch.full((10,), 0.5)) == (0.0, 1.0, 90.0)  # σ = 0 wipes it out
+    assert st.clip_effect(torch.zeros(10)) == (0.0, 0.0, 0.0)
 
 
 def _mlp_batches(n, seed=0):

@@ -257,11 +257,15 @@ def study(
 
 def clip_effect(grad: torch.Tensor, c: float = 2.5) -> tuple[float, float, float]:
     """TernGrad's clipping ``g -> sign(g) min(|g|, c σ)`` on ``grad``: (σ, share of elements
-    clipped, angle in degrees between the clipped and the original gradient)."""
+    clipped, angle in degrees between the clipped and the original gradient; 90° if clipping
+    wipes a non-zero gradient out, as it does when σ = 0)."""
     g = grad.detach().reshape(-1).double()
     sigma = float(g.std(unbiased=False)) if g.numel() > 1 else 0.0
     bound = c * sigma
     clipped = g.clamp(-bound, bound)
-    share = float((g.abs() > bound).double().mean())
-    cos = float(clipped @ g) / (float(clipped.norm()) * float(g.norm()) or math.inf)
-    return sigma, share, math.degrees(math.acos(max(-1.0, min(1.0, cos)))) if cos else 0.0
+    share = float((g.abs() > bound).double().mean()) if g.numel() else 0.0
+    norms = float(clipped.norm()) * float(g.norm())
+    if norms == 0.0:
+        return sigma, share, 90.0 if float(g.norm()) > 0 else 0.0
+    cos = float(clipped @ g) / norms
+    return sigma, share, math.degrees(math.acos(max(-1.0, min(1.0, cos))))

@@ -3,7 +3,8 @@
 :func:`write_report` writes into a folder ``report.html`` (self-contained: the figures are
 embedded), ``report.md`` with the figures beside it (``histograms.png``, ``pareto.png``,
 ``over-steps.png``) and ``study.json`` (every number). Each file is written to a temporary
-name and renamed, so an interrupted run leaves the previous report whole.
+name and renamed, so no file is ever half-written (an interrupted run may leave new figures
+beside an older report; run it again).
 """
 
 from __future__ import annotations

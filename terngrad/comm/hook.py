@@ -36,7 +36,7 @@ from terngrad import quantize
 from terngrad.comm.exchange import AGGREGATES, TOPOLOGIES, make_exchange
 from terngrad.comm.link import Link
 from terngrad.comm.memory import ErrorFeedback
-from terngrad.comm.policy import Decision, Estimate, decide, measure
+from terngrad.comm.policy import Decision, Estimate, agree, decide, measure
 from terngrad.kernels import KERNELS, Streams, resolve, stream_seed
 from terngrad.quantize import Layout, Quantizer, SymmetricGrid
 
@@ -212,6 +212,8 @@ class HookState:
         if group is None:
             wait = None if timeout is None else datetime.timedelta(seconds=timeout)
             group = dist.new_group(backend=dist.get_backend(), timeout=wait)
+        else:
+            timeout = None  # a given group keeps its own timeout
         self.link = Link(group)
         self.timeout = timeout
         self.exchange = make_exchange(topology, self.quantizer, self.link, aggregate, self.kernels)
@@ -244,8 +246,10 @@ class HookState:
         self.estimate: Estimate | None = None
         self.decisions: dict[tuple[str, ...], Decision] = {}
         if policy == "auto":
-            self.estimate = estimate or measure(
-                self.link.group, self.kernels, self.quantizer, device
+            self.estimate = (
+                agree(estimate, self.link.group, device)
+                if estimate is not None
+                else measure(self.link.group, self.kernels, self.quantizer, device)
             )
         self._plans: dict[tuple[int, ...], _Plan] = {}
         self._steps = self._skipped_steps = 0
@@ -258,6 +262,7 @@ class HookState:
         # the DDP path's step in progress: buckets waiting for the step's end, fp32 tensors
         self._waiting: list[tuple[torch.Tensor, torch.futures.Future]] = []
         self._deferred: list[tuple[torch.Tensor, _Plan]] = []
+        self._failed: BaseException | None = None
 
     # --- what users read
 
@@ -411,6 +416,10 @@ class HookState:
         self._step_start = (c.sent, c.received)
         self._steps += 1
         self.last_step_skipped = self._step_skipped
+        if self.memory is not None and self._step_skipped:
+            self.memory.discard()  # a skipped step leaves the residuals as they were
+        elif self.memory is not None:
+            self.memory.commit()
         if self._step_skipped:
             self._skipped_steps += 1
             warnings.warn(
@@ -459,7 +468,7 @@ class HookState:
                     self.estimate, self.topology, layout, self.link.size, self.quantizer.m
                 )
                 self.decisions[tuple(names)] = decision
-                fp32_bucket = not decision.quantize
+                fp32_bucket = layout.numel > 0 and not decision.quantize
                 if fp32_bucket:  # the whole bucket goes fp32, in one all-reduce
                     spans, where = excluded + quantized, excluded_indices + indices
                     pairs = sorted(zip(spans, where, strict=True))
@@ -495,9 +504,13 @@ class HookState:
 
     def _run_bucket(self, buffer, params, last: bool, future: torch.futures.Future) -> None:
         """The DDP path: the bucket's quantized parameters now, its fp32 ones with the step's
-        last bucket (:meth:`_reduce_deferred`); the futures complete when the step is done."""
+        last bucket (:meth:`_reduce_deferred`); the futures complete when the step is done.
+        Once a bucket fails, the step's later buckets fail at once, without collectives (a
+        dead peer would make each wait the full timeout), and the next step starts clean."""
         self._waiting.append((buffer, future))
         try:
+            if self._failed is not None:
+                raise self._failed
             start = time.perf_counter()
             try:
                 self._reduce_bucket(buffer, params, self._deferred)
@@ -515,10 +528,14 @@ class HookState:
             for buf, fut in waiting:
                 fut.set_result(buf)
         except BaseException as exc:  # handed to DDP, which raises it in backward()
-            waiting, self._waiting, self._deferred = self._waiting, [], []
-            err = self._explain(exc)
+            self._failed = self._failed or self._explain(exc)
+            waiting, self._waiting = self._waiting, []
             for _, fut in waiting:
-                fut.set_exception(err)
+                fut.set_exception(self._failed)
+            if last:  # the step is over: the next one starts clean
+                self._failed, self._deferred, self._step_skipped = None, [], False
+                if self.memory is not None:
+                    self.memory.discard()
 
     def _explain(self, exc: BaseException) -> BaseException:
         """A collective that timed out or lost its peer, said plainly (the cause kept)."""

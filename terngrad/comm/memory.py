@@ -19,6 +19,7 @@ class ErrorFeedback:
 
     def __init__(self) -> None:
         self.residuals: dict[str, torch.Tensor] = {}
+        self._staged: dict[str, torch.Tensor] = {}
 
     def compensate(
         self, names: tuple[str, ...], sizes: tuple[int, ...], flat: torch.Tensor
@@ -37,9 +38,19 @@ class ErrorFeedback:
         compensated: torch.Tensor,
         sent: torch.Tensor,
     ) -> None:
-        """Keep ``e = (g + e) - C(g + e)``, split by parameter."""
+        """Stage ``e = (g + e) - C(g + e)``, split by parameter, for :meth:`commit` at the
+        step's end (a skipped step's residuals are dropped by :meth:`discard`)."""
         residual = compensated - sent
-        self.residuals.update(zip(names, residual.split(list(sizes)), strict=True))
+        self._staged.update(zip(names, residual.split(list(sizes)), strict=True))
+
+    def commit(self) -> None:
+        """The step went through: its staged residuals become the residuals."""
+        self.residuals.update(self._staged)
+        self._staged = {}
+
+    def discard(self) -> None:
+        """The step was skipped (a NaN somewhere): it leaves the residuals as they were."""
+        self._staged = {}
 
     def norm(self) -> float:
         """``||e||_2`` over all parameters."""

@@ -74,8 +74,9 @@ class Decision:
 
 
 def decide(estimate: Estimate, topology: str, layout: Layout, world: int, m: int) -> Decision:
-    """Quantize the elements of ``layout`` only if it is predicted to be faster than fp32."""
-    if layout.numel == 0:
+    """Quantize the elements of ``layout`` only if it is predicted to be faster than fp32
+    (never on one rank: there is nothing to send)."""
+    if layout.numel == 0 or world < 2:
         return Decision(False, 0.0, 0.0)
     fp32 = estimate.fp32_seconds(layout.numel, world)
     quantized = estimate.quantized_seconds(topology, layout.numel, layout.n_buckets, world, m)
@@ -94,6 +95,23 @@ def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 0) -> f
     return statistics.median(times)
 
 
+def _sync(device) -> None:
+    """Wait for the device's queued work (GPU kernels and collectives return early)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def agree(estimate: Estimate, group: dist.ProcessGroup | None, device) -> Estimate:
+    """The largest of each field over all ranks of ``group`` (a collective), so that every
+    rank decides from the same numbers."""
+    values = torch.tensor(
+        [estimate.bytes_per_s, estimate.latency_s, estimate.codec_fixed_s,
+         estimate.codec_s_per_element], dtype=torch.float64, device=device,
+    )  # fmt: skip
+    dist.all_reduce(values, dist.ReduceOp.MAX, group=group)
+    return Estimate(*values.tolist())
+
+
 def _codec_seconds(kernels: Kernels, q: SymmetricGrid, numel: int, device) -> float:
     flat = torch.randn(numel, generator=torch.Generator().manual_seed(0)).to(device)
     layout = Layout.of(numel, [numel], q.bucket_size)
@@ -104,6 +122,7 @@ def _codec_seconds(kernels: Kernels, q: SymmetricGrid, numel: int, device) -> fl
         step = GridStep(kernels, grid, grid.local, Streams((1,)))
         total = step.sum_frames([step.frame(0, numel)], numel, 1)
         step.decode(total, 0, out, 1, 0)
+        _sync(device)
 
     return median_seconds(once, 3, warmup=1)  # first call: allocations, compilation caches
 
@@ -118,8 +137,8 @@ def measure(
     large = torch.zeros(PROBE_NUMEL, device=device)
     dist.all_reduce(large, group=group)  # connections up, buffers allocated
     dist.barrier(group=group)
-    t0 = median_seconds(lambda: dist.all_reduce(small, group=group), 5)
-    t1 = median_seconds(lambda: dist.all_reduce(large, group=group), 3)
+    t0 = median_seconds(lambda: (dist.all_reduce(small, group=group), _sync(device)), 5)
+    t1 = median_seconds(lambda: (dist.all_reduce(large, group=group), _sync(device)), 3)
     c_small, c_large = (_codec_seconds(kernels, q, n, device) for n in CODEC_SIZES)
     agreed = torch.tensor([t0, t1, c_small, c_large], dtype=torch.float64, device=device)
     dist.all_reduce(agreed, dist.ReduceOp.MAX, group=group)

@@ -20,6 +20,7 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get the usual mode
         os.replace(tmp, path)
+        _fsync_folder(path.parent)  # the rename itself survives a power loss
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -27,6 +28,14 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _umask() -> int:

@@ -215,12 +215,36 @@ def resume_point(cfg: TrainConfig, resume: str | None = None) -> Path | None:
     return checkpoints.latest(Path(cfg.out))
 
 
+#: settings that may differ between the nodes of one run (paths, threads, what is printed)
+PER_NODE = ("out", "data_dir", "workers_threads", "progress", "kernels")
+
+
+def check_same_run(cfg: TrainConfig) -> None:
+    """Fail on every rank, naming the differences, unless all ranks run the same settings
+    (a collective; it runs before anything else, so misconfigured nodes stop at once)."""
+    mine = {k: v for k, v in cfg.to_dict().items() if k not in PER_NODE}
+    every: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    problems = [
+        f"rank {r}: " + ", ".join(f"{k}={c.get(k)!r} instead of {every[0].get(k)!r}"
+                                  for k in sorted(every[0]) if c.get(k) != every[0].get(k))
+        for r, c in enumerate(every)
+        if c != every[0]
+    ]  # fmt: skip
+    if problems:
+        raise ValueError(
+            "the ranks were started with different settings (compared with rank 0): "
+            + "; ".join(problems)
+        )
+
+
 def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] | None:
     """One worker's training loop; the process group must be initialised. Returns the summary
     on rank 0, ``None`` elsewhere."""
     rank, world = dist.get_rank(), dist.get_world_size()
     if world != cfg.workers:
         raise RuntimeError(f"the run asks for {cfg.workers} workers but {world} joined")
+    check_same_run(cfg)
     out = Path(cfg.out)
     data = datasets.load(
         cfg.dataset,
@@ -286,8 +310,8 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
                 raise TrainingFailed(
                     f"{skipped_in_a_row} consecutive steps (up to step {step + 1}) had a NaN or "
                     "Inf gradient on some rank and were skipped; stopping. The last good "
-                    f"checkpoint is {last or 'none (none was written yet)'}; lower the learning "
-                    "rate or check the data, then resume from it with --resume"
+                    f"checkpoint is {last or 'none (none was written yet)'}; check the data "
+                    "and the learning rate (a new learning rate needs a new --out)"
                 )
         schedule.step()
         losses.append(loss.item())
@@ -312,8 +336,8 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
                 progress.note(
                     f"step {done}: test accuracy {100 * accuracy:.2f}%, test loss {test_loss:.4f}"
                 )
-        if done % every == 0 or done == cfg.steps:
-            seconds = time.perf_counter() - began
+        if (done % every == 0 or done == cfg.steps) and not skipped_in_a_row:
+            seconds = time.perf_counter() - began  # (no checkpoints while steps are skipped)
             _save_checkpoint(cfg, out, model, optimizer, schedule, state, done, seconds)
         progress.update(done, loss.item(), accuracy, state.stats.bytes_sent)
     progress.close()
@@ -350,7 +374,13 @@ def _truncate_metrics(path: Path, step: int) -> None:
     """Keep the evaluations up to ``step`` (the checkpoint we resume from), drop the rest."""
     if not path.exists():
         return
-    kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue  # a record cut short by a crash
     atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
@@ -429,7 +459,14 @@ def prepare_out(cfg: TrainConfig, resume: str | None = None) -> Path:
         raise ValueError(f"cannot write into --out {out}: {exc.strerror}") from None
     start = resume_point(cfg, resume)
     if start is not None:
-        load_checkpoint(start, cfg)  # fail now, not in every worker
+        ckpt = load_checkpoint(start, cfg)  # fail now, not in every worker
+        newer = [s for s in checkpoints.steps(out) if s > ckpt["step"]]
+        if newer:
+            raise ValueError(
+                f"--out {out} holds checkpoints newer than {start} (step {newer[-1]} > "
+                f"{ckpt['step']}): resuming from the older one would mix two histories; choose "
+                "another --out, or delete the newer checkpoints first"
+            )
     return out
 
 
@@ -448,6 +485,11 @@ def launch(
     checkpoint ``resume`` if given, else from the newest in ``cfg.out``. Returns rank 0's
     summary (``None`` on the other nodes of a cluster)."""
     prepare_out(cfg, resume)
+    if max_restarts and nnodes == 1 and rdzv_endpoint is None:
+        raise ValueError(
+            "--max-restarts needs torchrun's agent (--nnodes or --rdzv-endpoint); on one "
+            "machine, run the same command again to resume"
+        )
     datasets.load(  # a missing data set fails here, once, with its one-line message
         cfg.dataset, cfg.data_dir, synthetic_shape=models.default_input_shape(cfg.model),
         synthetic_classes=10, synthetic_size=1,
@@ -486,6 +528,7 @@ def _torchrun_worker(config_file: str) -> None:
     cfg = TrainConfig.from_dict(saved["config"])
     # a restarted worker (torchrun --max-restarts) goes on from the newest checkpoint
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    restarted = restarted and checkpoints.latest(Path(cfg.out)) is not None
     local = int(os.environ.get("LOCAL_WORLD_SIZE", cfg.workers))
     torch.set_num_threads(_threads(cfg, local))
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=cfg.timeout))
