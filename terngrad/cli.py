@@ -579,6 +579,12 @@ def main(argv: list[str] | None = None) -> int:
     except torch.multiprocessing.ProcessRaisedException as exc:
         last = str(exc).strip().splitlines()[-1]
         parser.exit(1, f"terngrad: a worker failed: {last}\n")
+    except torch.multiprocessing.ProcessExitedException as exc:  # killed, or crashed hard
+        parser.exit(
+            1,
+            f"terngrad: a worker died ({exc}); the others were stopped. Run the same command "
+            "again to resume from the newest checkpoint\n",
+        )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import comm_workers as w
 import pytest
@@ -197,3 +198,31 @@ def test_error_feedback_of_a_skipped_step_is_dropped():
     memory.update(("a",), (3,), torch.tensor([float("nan")] * 3), torch.zeros(3))
     memory.discard()  # the step was skipped
     assert torch.equal(memory.residuals["a"], torch.tensor([1.0, 2.0, 3.0]))
+
+
+def test_a_killed_worker_stops_the_job_with_one_line_and_it_resumes(tmp_path):
+    """SIGKILL one worker (not the launcher): the job stops at once with one line naming it,
+    and the same command then resumes and finishes."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_train_command(out, 40), env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not checkpoints.steps(out):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
+    workers = [  # the training processes, not multiprocessing's resource tracker
+        int(p) for p in children.stdout.split()
+        if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()
+        and b"resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes()
+    ]  # fmt: skip
+    assert len(workers) == 3, children.stdout
+    os.kill(workers[-1], signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert "terngrad: a worker died" in err and "Run the same command again" in err
+    assert len(err.strip().splitlines()) <= 3  # no traceback
+    subprocess.run(_train_command(out, 40), check=True, env=env, timeout=600,
+                   capture_output=True)  # fmt: skip
+    assert checkpoints.steps(out)[-1] == 40

@@ -584,12 +584,20 @@ def _differences(reference: dict[str, Any], other: dict[str, Any]) -> list[str]:
 
 
 def _ddp_hook(state, bucket):  # no annotations: DDP checks them, and here they are strings
-    """Queue ``bucket`` on the state's worker thread; the future completes when it is done."""
+    """Queue ``bucket`` on the state's worker thread; the future completes when it is done.
+    DDP reads the returned future's value in C++, where an exception stored by Python's
+    ``set_exception`` arrives as an object it cannot cast ("Unable to cast ... to Tensor");
+    ``then(wait)`` re-raises it in a callback, which marks the returned future failed with the
+    exception's own message."""
     future = torch.futures.Future()
     state._executor.submit(
         state._run_bucket, bucket.buffer(), bucket.parameters(), bucket.is_last(), future
     )
-    return future
+    return future.then(_unwrap)
+
+
+def _unwrap(future: torch.futures.Future) -> torch.Tensor:
+    return future.wait()
 
 
 def register(

@@ -38,7 +38,7 @@ import terngrad.ddp
 from terngrad import kernels, quantize
 from terngrad.comm import TOPOLOGIES, rank_seed
 from terngrad.comm.consistency import check_replicas
-from terngrad.comm.hook import POLICIES
+from terngrad.comm.hook import POLICIES, CollectiveFailed
 from terngrad.kernels import KERNELS
 from terngrad.train import checkpoints, models
 from terngrad.train import data as datasets
@@ -299,7 +299,10 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
         )
         optimizer.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(ddp(x), y)
-        loss.backward()
+        try:
+            loss.backward()
+        except RuntimeError as exc:  # DDP wraps the hook's error in its own text
+            raise _hook_error(exc) from None
         if not state.last_step_skipped:
             optimizer.step()
             skipped_in_a_row = 0
@@ -344,6 +347,15 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
     if cfg.steps <= start:  # nothing left to train: evaluate what the checkpoint holds
         _, accuracy = _evaluate(model, data, rank, world)
     return _finish(cfg, out, state, accuracy, time.perf_counter() - began) if rank == 0 else None
+
+
+def _hook_error(exc: RuntimeError) -> RuntimeError:
+    """The terngrad error inside DDP's wrapping, as one line (else ``exc`` itself)."""
+    text = str(exc)
+    start = text.find("terngrad: rank ")
+    if start < 0:
+        return exc
+    return CollectiveFailed(text[start:].splitlines()[0])
 
 
 def _save_checkpoint(cfg, out, model, optimizer, schedule, state, step, seconds) -> None:
