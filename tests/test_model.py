@@ -114,15 +114,23 @@ def test_step_time_formulas():
     assert step.seconds == pytest.approx(max(2.0, 2.0 / 3 + wire / 1e8))
     fast = M.Cluster(world, bytes_per_s=1e12, shared_cores=False)
     assert M.predict(_one_bucket(n, 0.0), "fp32", fast, 2.0).seconds == 2.0
-    # codec and latency add to the bucket's time; on shared cores the sum bounds the step
-    step = M.predict(
-        _one_bucket(n, 0.0), "fp16", M.Cluster(world, 1e8, 1e9, 1e-3, shared_cores=True), 2.0,
-        codec_seconds_per_element=1e-7,
-    )  # fmt: skip
+    # codec and latency add to the bucket's time
     half = ring_bytes(2 * n, world)
-    assert step.pipeline_seconds == pytest.approx(2.0 / 3 + 0.1 + half / 1e8 + 6e-3)
+    wire = half / 1e8 + 6e-3  # 6 messages of 1 ms
+    own = M.Cluster(world, 1e8, 1e9, 1e-3, shared_cores=False)
+    step = M.predict(_one_bucket(n, 0.0), "fp16", own, 2.0, codec_seconds_per_element=1e-7)
+    assert step.pipeline_seconds == pytest.approx(max(2.0, 2.0 / 3 + 0.1 + wire))
+    # shared cores: codec and backward share the CPU while both run (each at half speed);
+    # 0.1 s of codec then stretches the step to 2.1 s, and the sum C + codec + bytes/H bounds it
+    shared = M.Cluster(world, 1e8, 1e9, 1e-3, shared_cores=True)
+    step = M.predict(_one_bucket(n, 0.0), "fp16", shared, 2.0, codec_seconds_per_element=1e-7)
+    assert step.pipeline_seconds == pytest.approx(2.1)
     assert step.busy_seconds == pytest.approx(2.0 + 0.1 + half / 1e9)
     assert step.seconds == max(step.pipeline_seconds, step.busy_seconds)
+    # 3 s of codec: half speed until backward's remaining 4/3 s of work is done (8/3 s), then
+    # the remaining 5/3 s alone, then the wire: 2/3 + 8/3 + 5/3 + wire
+    step = M.predict(_one_bucket(n, 0.0), "fp16", shared, 2.0, codec_seconds_per_element=3e-6)
+    assert step.pipeline_seconds == pytest.approx(5.0 + wire)
     assert M.predict(_one_bucket(n, 0.0), "fp32", M.Cluster(1), 2.0).seconds == 2.0
     with pytest.raises(ValueError, match="workers must be at least 1"):
         M.Cluster(0)

@@ -16,10 +16,12 @@ A step of N workers, each with compute time ``C`` (forward ``F = f C``, backward
   gather and broadcast add up), ``B`` the link's bytes/s, ``H`` what a worker's
   network stack moves per second, ``α`` the latency of one message. This is wait-free
   back-propagation: communication overlaps the rest of the backward pass.
-* **Where compute, codec and network stack share the same cores** (the testbed's CPU workers),
-  the step also cannot be shorter than their sum: ``C + Σ x_b + bytes / H``.
+* **Where compute and codec share the same cores** (the testbed's CPU workers), they share
+  them whenever both run, each at half speed (processor sharing, :func:`_timeline`): codec
+  work during the backward pass delays both. The step also cannot be shorter than
+  ``C + Σ x_b + bytes / H`` (compute, codec and the network stack on the same cores).
 
-``T = max(end_last, C, C + Σ x_b + bytes / H)``.
+``T = max(end of the last transfer, end of compute, C + Σ x_b + bytes / H)``.
 
 Traffic per bucket, per method (``n`` elements, ``N`` workers, ring all-reduce
 ``2 (N-1)/N x bytes`` in ``2 (N-1)`` messages): fp32 ``4n`` and fp16 ``2n`` bytes ring
@@ -319,15 +321,16 @@ def predict(
         kept = [p for p in prof.params if m.deferred(p)]
         transfers.append((compute_seconds, _fp32(kept, cluster.workers)))
     rate = min(cluster.bytes_per_s, cluster.host_bytes_per_s)
-    end = codec = wire_total = sent = busiest = 0.0
+    jobs, codec, wire_total, sent, busiest = [], 0.0, 0.0, 0.0, 0.0
     for ready, wire in transfers:
         if cluster.workers == 1:
             continue
         x = codec_seconds_per_element * wire.codec_elements
         w = wire.busiest / rate + wire.messages * cluster.latency_s
-        end = max(ready, end) + x + w
+        jobs.append((ready, x, w))
         codec, wire_total = codec + x, wire_total + w
         sent, busiest = sent + wire.mean_sent, busiest + wire.busiest
+    end = _timeline(jobs, compute_seconds, cluster.shared_cores)
     busy = compute_seconds
     if cluster.shared_cores:
         busy += codec + busiest / cluster.host_bytes_per_s
@@ -335,6 +338,44 @@ def predict(
         max(end, busy, compute_seconds), compute_seconds, codec, wire_total, end, busy, sent,
         busiest,
     )  # fmt: skip
+
+
+def _timeline(jobs: list[tuple[float, float, float]], compute: float, shared: bool) -> float:
+    """When the step's last communication ends. ``jobs``: per transfer, in order, the compute
+    work done when it is ready, its codec work and its wire seconds. The hook thread takes
+    them one after the other: codec (CPU), then wire (no CPU). With ``shared`` cores the rank's
+    CPU is shared between the backward pass and the hook's codec whenever both run (each at
+    half speed: processor sharing), which delays both; otherwise both run at full speed."""
+    eps = 1e-12
+    t = done = 0.0  # wall clock; compute work done
+    i, phase, left = 0, "", 0.0  # current job; "" (waiting), "codec" or "wire"; work left
+    while i < len(jobs) or done < compute - eps:
+        if not phase and i < len(jobs) and done >= jobs[i][0] - eps:
+            phase, left = "codec", jobs[i][1]
+        if phase == "codec" and left <= eps:
+            phase, left = "wire", jobs[i][2]
+        if phase == "wire" and left <= eps:
+            i, phase = i + 1, ""
+            continue
+        computing = done < compute - eps
+        both = shared and computing and phase == "codec"
+        speed = 0.5 if both else 1.0
+        steps = []
+        if computing:
+            steps.append((compute - done) / speed)
+            if not phase and i < len(jobs):
+                steps.append((jobs[i][0] - done) / speed)
+        if phase:
+            steps.append(left / speed if phase == "codec" else left)
+        dt = max(min(steps), 0.0)
+        t += dt
+        if computing:
+            done = min(compute, done + speed * dt)
+        if phase == "codec":
+            left -= speed * dt
+        elif phase == "wire":
+            left -= dt
+    return t
 
 
 def _solve(f: Callable[[float], float], target: float, lo: float, hi: float) -> float:
