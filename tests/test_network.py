@@ -54,7 +54,8 @@ def test_summary_takes_the_slowest_rank_and_the_median_step():
                     {"method": "fp32", "step_seconds": [4.0, 4.0, 9.0],
                      "wire_bytes_per_step": 100.0, "codec_seconds_per_step": 0.0},
                     {"method": "terngrad", "step_seconds": [1.0, 3.0, 1.0],
-                     "wire_bytes_per_step": 10.0, "codec_seconds_per_step": 0.5},
+                     "wire_bytes_per_step": 10.0, "codec_seconds_per_step": 0.5,
+                     "retransmitted_per_step": 1.5},
                 ],
             },
             {
@@ -64,7 +65,8 @@ def test_summary_takes_the_slowest_rank_and_the_median_step():
                     {"method": "fp32", "step_seconds": [5.0, 3.0, 3.0],
                      "wire_bytes_per_step": 120.0, "codec_seconds_per_step": 0.0},
                     {"method": "terngrad", "step_seconds": [2.0, 2.0, 1.0],
-                     "wire_bytes_per_step": 14.0, "codec_seconds_per_step": 0.3},
+                     "wire_bytes_per_step": 14.0, "codec_seconds_per_step": 0.3,
+                     "retransmitted_per_step": 0.5},
                 ],
             },
         ]
@@ -77,6 +79,7 @@ def test_summary_takes_the_slowest_rank_and_the_median_step():
     assert tern["speedup_vs_fp32"] == 2.5
     assert tern["wire_bytes_per_rank_per_step"] == 12.0
     assert tern["max_wire_bytes_per_rank_per_step"] == 14.0
+    assert tern["tcp_retransmits_per_step"] == 2.0 and fp32["tcp_retransmits_per_step"] == 0.0
     probe = s["link_probe"]  # slowest rank per repeat: 0.5, 0.3, 0.3 -> 0.3
     assert probe["seconds"] == 0.3
     assert probe["bytes_per_rank"] == network.PROBE_NUMEL * 4  # 2 (N-1)/N x 4 bytes, N = 2
@@ -125,6 +128,8 @@ def test_two_rank_testbed_run(tmp_path):
     assert fp32["wire_bytes_per_rank_per_step"] > 669_706 * 4
     assert tern["wire_bytes_per_rank_per_step"] < fp32["wire_bytes_per_rank_per_step"] / 8
     assert fp32["speedup_vs_fp32"] == 1.0 and 0 < tern["codec_share"] < 1
+    assert fp32["tcp_retransmits_per_step"] >= 0  # counted inside the ranks' namespaces
+    assert summary["link_probe"]["bytes_per_second"] > 0
 
 
 @pytest.mark.skipif(WHY_NOT is not None, reason=f"testbed: {WHY_NOT}")

@@ -242,6 +242,14 @@ class Testbed:
 # --------------------------------------------------------------------------- one rank
 
 
+def _retransmitted() -> int:
+    """TCP segments this rank's namespace has retransmitted (``/proc/net/snmp`` is per
+    network namespace): losses on the shaped links show up here."""
+    lines = [line.split() for line in Path("/proc/net/snmp").read_text().splitlines()]
+    names, values = (row for row in lines if row and row[0] == "Tcp:")
+    return int(values[names.index("RetransSegs")])
+
+
 def _tx_bytes() -> int:
     """Bytes this rank's interface has sent (its namespace's sysfs)."""
     return int(Path(f"/sys/class/net/{os.environ['TG_INTERFACE']}/statistics/tx_bytes").read_text())
@@ -344,12 +352,14 @@ def worker(args: argparse.Namespace) -> None:
             compute_step(ddp, optimizer)
         dist.barrier()
         sent, codec = _tx_bytes(), state.timing.codec_seconds if state else 0.0
+        resent = _retransmitted()
         times = _timed_steps(lambda m=ddp, o=optimizer: compute_step(m, o), 0, args.steps)
         dist.barrier()
         row = {
             "method": method,
             "step_seconds": times,
             "wire_bytes_per_step": (_tx_bytes() - sent) / args.steps,
+            "retransmitted_per_step": (_retransmitted() - resent) / args.steps,
             "codec_seconds_per_step": (
                 (state.timing.codec_seconds - codec) / args.steps if state else 0.0
             ),
@@ -402,6 +412,9 @@ def summarise(raw: dict, ranks: int, bandwidth: str, model: str) -> dict:
                 r["methods"][i]["wire_bytes_per_step"] for r in per_rank
             ),
             "codec_share": codec / step,
+            "tcp_retransmits_per_step": sum(
+                r["methods"][i].get("retransmitted_per_step", 0.0) for r in per_rank
+            ),
         })  # fmt: skip
     base = next((m["step_seconds"] for m in methods if m["method"] == "fp32"), None)
     for m in methods:
