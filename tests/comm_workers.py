@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import warnings
 
 import torch
@@ -383,3 +384,33 @@ def mismatched_runs(rank: int, world: int) -> str:
     except ValueError as exc:
         return str(exc)
     return "no error"
+
+
+def nan_in_one_tensor(rank: int, world: int) -> dict:
+    """A NaN in one tensor's gradient only (the last layer's bias, which the hook keeps in fp32
+    and sends at the step's end) on rank 0 at step 1: every gradient of that step must be zero
+    on every rank, through DDP and through the Synchronizer."""
+    out = {}
+    for path in ("ddp", "synchronizer"):
+        torch.manual_seed(0)
+        model = MLP()
+        last, poison = model.body[-1].bias, [False]
+        if rank == 0:
+            last.register_hook(lambda g, on=poison: g.new_full(g.shape, math.nan) if on[0] else g)
+        if path == "ddp":
+            net = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
+            state = terngrad.ddp.register(net)
+        else:
+            net, sync = model, Synchronizer(model, bucket_cap_mb=0.004)
+        zero = []
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            for step, (x, y) in enumerate(_batches(rank, 3)):
+                poison[0] = step == 1
+                model.zero_grad()
+                nn.functional.cross_entropy(net(x), y).backward()
+                skipped = state.last_step_skipped if path == "ddp" else sync.step()
+                grads = [p.grad for p in model.parameters()]
+                zero.append((skipped, all(bool((g == 0).all()) for g in grads)))
+        out[path] = zero
+    return out

@@ -278,3 +278,9 @@ def test_auto_policy_quantizes_only_the_buckets_where_it_pays():
         + ring_bytes(4 * (9600 + 300), world)
     )
     assert results[0]["given"]["stats"].last_step_bytes_sent == expected
+
+
+def test_nan_in_one_tensor_zeroes_the_whole_step_everywhere():
+    for out in run(w.nan_in_one_tensor, 2):
+        for path in ("ddp", "synchronizer"):
+            assert out[path] == [(False, False), (True, True), (False, False)], path

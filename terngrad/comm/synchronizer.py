@@ -79,6 +79,10 @@ class Synchronizer:
                 else:
                     p.grad.copy_(part.view_as(p))
         self.state.finish_step()
+        if self.state.last_step_skipped:  # a later bucket found it: zero the earlier ones too
+            for p in self.params:
+                if p.grad is not None:
+                    p.grad.zero_()
         return self.state.last_step_skipped
 
     def state_dict(self) -> dict[str, Any]:
