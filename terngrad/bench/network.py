@@ -43,6 +43,8 @@ from typing import Any
 
 import torch
 
+from terngrad.comm.policy import timings
+
 PREFIX = "tg"
 SUBNET = "10.213.0"
 PORT = 29517
@@ -303,17 +305,6 @@ def _probe_link(repeats: int = 3) -> list[float]:
     return times
 
 
-def _timed_steps(step, warmup: int, steps: int) -> list[float]:
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return times
-
-
 def worker(args: argparse.Namespace) -> None:
     """One rank: every method in turn on the same model and batch; rank 0 writes the JSON."""
     import torch.distributed as dist
@@ -342,7 +333,7 @@ def worker(args: argparse.Namespace) -> None:
     model = fresh_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     dist.barrier()
-    compute = _timed_steps(lambda: compute_step(model, optimizer), 1, args.steps)
+    compute = timings(lambda: compute_step(model, optimizer), args.steps, warmup=1)
     rows = []
     for method in args.methods:
         model = fresh_model()
@@ -353,7 +344,7 @@ def worker(args: argparse.Namespace) -> None:
         dist.barrier()
         sent, codec = _tx_bytes(), state.timing.codec_seconds if state else 0.0
         resent = _retransmitted()
-        times = _timed_steps(lambda m=ddp, o=optimizer: compute_step(m, o), 0, args.steps)
+        times = timings(lambda m=ddp, o=optimizer: compute_step(m, o), args.steps)
         dist.barrier()
         row = {
             "method": method,

@@ -83,8 +83,8 @@ def decide(estimate: Estimate, topology: str, layout: Layout, world: int, m: int
     return Decision(quantized < fp32, fp32, quantized)
 
 
-def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 0) -> float:
-    """The median wall time of ``repeats`` calls of ``fn``, after ``warmup`` untimed ones."""
+def timings(fn: Callable[[], object], repeats: int, warmup: int = 0) -> list[float]:
+    """Wall seconds of each of ``repeats`` calls of ``fn``, after ``warmup`` untimed ones."""
     for _ in range(warmup):
         fn()
     times = []
@@ -92,7 +92,12 @@ def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 0) -> f
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times
+
+
+def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 0) -> float:
+    """The median of :func:`timings`."""
+    return statistics.median(timings(fn, repeats, warmup))
 
 
 def _sync(device) -> None:
