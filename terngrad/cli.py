@@ -37,7 +37,7 @@ def bench_codec(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from terngrad.bench import codec
-    from terngrad.train.files import atomic_write_text
+    from terngrad.util.files import atomic_write_text
 
     rows = []
     for numel in args.sizes:
@@ -79,7 +79,7 @@ def model_validate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from terngrad.bench import model
-    from terngrad.train.files import atomic_write_text
+    from terngrad.util.files import atomic_write_text
 
     base = model.load_summary(args.calibrate)
     runs = [model.load_summary(r) for r in args.runs]
@@ -107,7 +107,7 @@ def model_scale(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from terngrad.bench import model
-    from terngrad.train.files import atomic_write_text
+    from terngrad.util.files import atomic_write_text
 
     gpu = model.Accelerator(args.gpu_tflops * 1e12, args.batch_size, args.codec_rate)
     results: dict[str, Any] = {
@@ -210,16 +210,21 @@ def _read_checkpoint(path: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- training
 
 
-def _quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    if args.no_clip:
-        options["clip"] = None
-    elif args.clip is not None:
-        options["clip"] = args.clip
-    for name in ("bucket_size", "levels", "packing"):
+def exchange_options(args: argparse.Namespace):
+    """The exchange's :class:`~terngrad.comm.Options` from the "exchange" option group (one
+    check, where it is made: a bad value is one line and exit status 2)."""
+    from dataclasses import fields
+
+    from terngrad.comm import Options
+
+    if args.no_clip and args.clip is not None:
+        raise ValueError("give --clip or --no-clip, not both")
+    q_options: dict[str, Any] = {"clip": None} if args.no_clip else {}
+    for name in ("clip", "bucket_size", "levels", "packing"):
         if getattr(args, name) is not None:
-            options[name] = getattr(args, name)
-    return options
+            q_options[name] = getattr(args, name)
+    named = {f.name: getattr(args, f.name) for f in fields(Options) if hasattr(args, f.name)}
+    return Options(**{**named, "quantizer_options": q_options})  # one name, flag to field
 
 
 def _config(args: argparse.Namespace):
@@ -233,14 +238,7 @@ def _config(args: argparse.Namespace):
         dataset=args.dataset,
         data_dir=args.data_dir,
         workers=args.workers,
-        quantizer=args.quantizer,
-        quantizer_options=_quantizer_options(args),
-        topology=args.topology,
-        kernels=args.kernels,
-        policy=args.policy,
-        error_feedback=args.error_feedback,
-        keep_last_fp32=not args.quantize_last,
-        min_numel=args.min_numel,
+        exchange=exchange_options(args),
         optimizer=args.optimizer,
         lr=args.lr,
         momentum=args.momentum,
@@ -252,13 +250,11 @@ def _config(args: argparse.Namespace):
         steps=args.steps,
         eval_every=args.eval_every,
         dropout=args.dropout,
-        seed=args.seed,
         progress=not args.quiet,
         checkpoint_every=args.checkpoint_every,
         keep_checkpoints=args.keep_checkpoints,
         max_skipped_steps=args.max_skipped_steps,
         check_replicas_every=args.check_replicas_every,
-        timeout=args.timeout,
     )
 
 
@@ -333,9 +329,52 @@ _non_negative_int = _number(int, 0, False, "an integer >= 0")
 _positive_float = _number(float, 0.0, True, "a positive number")
 
 
-def _add_train_arguments(p: argparse.ArgumentParser) -> None:
-    from terngrad.comm import TOPOLOGIES
+def add_exchange_arguments(p: argparse.ArgumentParser) -> None:
+    """The "exchange" option group: every field of :class:`~terngrad.comm.Options`, each under
+    its own name (``--quantize-last`` is ``quantize_last``); :func:`exchange_options` reads it."""
+    from terngrad.comm import AGGREGATES, MIN_NUMEL, POLICIES, TOPOLOGIES
     from terngrad.kernels import KERNELS
+    from terngrad.train.trainer import DEFAULT_TIMEOUT
+
+    g = p.add_argument_group("exchange")
+    g.add_argument("--quantizer", default="terngrad", help=f"one of {', '.join(quantize.names())}")
+    g.add_argument("--topology", default="sharded", help=f"one of {', '.join(TOPOLOGIES)}")
+    g.add_argument(
+        "--kernels", default="auto",
+        help=f"encode/decode kernels, one of {', '.join(KERNELS)} (fused numba/triton, the "
+        "torch reference, or auto)",
+    )  # fmt: skip
+    g.add_argument(
+        "--policy", default="quantize",
+        help=f"one of {', '.join(POLICIES)}; auto: quantize only the DDP buckets where it is "
+        "predicted to be faster",
+    )  # fmt: skip
+    g.add_argument("--clip", type=_positive_float, help="clip at CLIP sigma (TernGrad: 2.5)")
+    g.add_argument("--no-clip", action="store_true", help="no clipping")
+    g.add_argument("--bucket-size", type=_positive_int, help="elements per scale")
+    g.add_argument("--levels", type=_positive_int, help="qsgd/linear/orq: distinct values")
+    g.add_argument("--packing", help="TernGrad's wire packing: base3 or 2bit")
+    g.add_argument("--error-feedback", action="store_true", help="worker-side error feedback")
+    g.add_argument(
+        "--quantize-last", action="store_true",
+        help="quantize the last layer too (default: full precision)",
+    )  # fmt: skip
+    g.add_argument(
+        "--min-numel", type=_non_negative_int, default=MIN_NUMEL,
+        help=f"tensors with fewer elements stay full precision ({MIN_NUMEL})",
+    )  # fmt: skip
+    g.add_argument(
+        "--aggregate", default="requantize",
+        help=f"how aggregates off the shared grid travel: {', '.join(AGGREGATES)}",
+    )  # fmt: skip
+    g.add_argument("--seed", type=int, default=0, help="seed of every random draw (0)")
+    g.add_argument(
+        "--timeout", type=_positive_float, default=DEFAULT_TIMEOUT,
+        help=f"seconds a collective may wait for a dead or stuck rank ({DEFAULT_TIMEOUT:g})",
+    )  # fmt: skip
+
+
+def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     from terngrad.train import data, models
     from terngrad.train.trainer import OPTIMIZERS, SCHEDULES
 
@@ -344,31 +383,9 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dataset", default="mnist", choices=data.names())
     g.add_argument("--data-dir", help="folder of the data set's files (CIFAR-10: required)")
     g.add_argument("--dropout", type=float, help="dropout ratio of the model's dropout layers")
-    g = p.add_argument_group("workers and exchange")
+    g = p.add_argument_group("workers")
     g.add_argument("--workers", type=_positive_int, default=4, help="processes (total)")
-    g.add_argument("--quantizer", default="terngrad", choices=quantize.names())
-    g.add_argument("--topology", default="sharded", choices=TOPOLOGIES)
-    g.add_argument(
-        "--kernels", default="auto", choices=KERNELS,
-        help="encode/decode kernels: fused (numba, triton), the torch reference, or auto",
-    )  # fmt: skip
-    g.add_argument(
-        "--policy", default="quantize", choices=("quantize", "auto"),
-        help="auto: quantize only the DDP buckets where it is predicted to be faster",
-    )  # fmt: skip
-    g.add_argument("--clip", type=_positive_float, help="TernGrad: clip at CLIP sigma (2.5)")
-    g.add_argument("--no-clip", action="store_true", help="TernGrad: no clipping")
-    g.add_argument("--bucket-size", type=_positive_int, help="elements per scale")
-    g.add_argument("--levels", type=_positive_int, help="qsgd/linear/orq: distinct values")
-    g.add_argument("--packing", choices=("base3", "2bit"), help="TernGrad: wire packing")
-    g.add_argument("--error-feedback", action="store_true", help="worker-side error feedback")
-    g.add_argument(
-        "--quantize-last", action="store_true", help="quantize the last layer too (default: fp32)"
-    )
-    g.add_argument(
-        "--min-numel", type=_non_negative_int, default=1024,
-        help="tensors with fewer elements stay fp32 (default 1024)",
-    )  # fmt: skip
+    add_exchange_arguments(p)
     g = p.add_argument_group("optimisation")
     g.add_argument("--optimizer", default="momentum", choices=OPTIMIZERS)
     g.add_argument("--lr", type=_positive_float, default=0.01)
@@ -380,7 +397,6 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--total-batch-size", type=_positive_int, help="split over the workers")
     g.add_argument("--steps", type=_positive_int, default=1000)
     g.add_argument("--eval-every", type=_positive_int, default=500)
-    g.add_argument("--seed", type=int, default=0)
     g = p.add_argument_group("output and cluster")
     g.add_argument("--out", required=True, help="output folder (resumes from its checkpoint)")
     g.add_argument("--resume", help="start from this checkpoint file (default: --out's newest)")
@@ -405,12 +421,6 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
         type=_non_negative_int,
         default=100,
         help="steps between replica checksum checks, 0 never (100)",
-    )
-    g.add_argument(
-        "--timeout",
-        type=_positive_float,
-        default=300.0,
-        help="seconds a collective may wait for a dead or stuck rank (300)",
     )
     g.add_argument(
         "--max-restarts",

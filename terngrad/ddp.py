@@ -1,12 +1,20 @@
 """The DDP communication hook: ternary (or other quantized) gradients for DistributedDataParallel.
 
->>> ddp = torch.nn.parallel.DistributedDataParallel(model)
->>> state = terngrad.ddp.register(ddp, quantizer="terngrad", topology="sharded")
->>> ...train as usual...; state.stats.bytes_sent_per_step
+PyTorch's convention, a ``(state, hook)`` pair; the state may be made before
+``init_process_group`` (its collectives happen at first use)::
 
-See :mod:`terngrad.comm.hook` for what the hook does and :class:`HookState` for its options.
+    state = terngrad.ddp.State(quantizer="terngrad", topology="sharded")
+    ddp.register_comm_hook(state, terngrad.ddp.hook)
+
+or in one line, ``state = terngrad.ddp.register(ddp, quantizer="terngrad")``. Then train as
+usual and read ``state.stats.bytes_sent_per_step``; skip ``optimizer.step()`` when
+``state.last_step_skipped``. The options: :class:`Options`. Lightning and accelerate:
+:mod:`terngrad.integrations`.
 """
 
-from terngrad.comm.hook import HookState, Stats, Timing, register
+from terngrad.comm.errors import CollectiveFailed
+from terngrad.comm.hook import State, hook, register
+from terngrad.comm.options import Options
+from terngrad.comm.stats import Stats, Timing
 
-__all__ = ["HookState", "Stats", "Timing", "register"]
+__all__ = ["CollectiveFailed", "Options", "State", "Stats", "Timing", "hook", "register"]

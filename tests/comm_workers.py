@@ -121,10 +121,10 @@ def training(rank: int, world: int) -> dict:
             "params": [p.detach().clone() for p in model.parameters()],
             "losses": losses,
             "stats": state.stats,
-            "bucket_layouts": len(state._plans),
+            "bucket_layouts": len(state.reducer.planner.plans),
             "plans": [
                 (sum(plan.sizes), plan.layout.n_buckets, [n for _, n in plan.excluded])
-                for plan in state._plans.values()
+                for plan in state.reducer.planner.plans.values()
             ],
         }
     return out
@@ -160,7 +160,7 @@ def checkpoint(rank: int, world: int) -> dict:
         "second": [p.detach().clone() for p in model.parameters()],
         "first_stats": first_stats,
         "second_stats": state.stats,
-        "residual_norm": state.memory.norm(),
+        "residual_norm": state.reducer.memory.norm(),
         "wrong_config_error": error,
     }
 
@@ -211,7 +211,7 @@ def error_feedback_regression(rank: int, world: int) -> dict:
     for feedback in (True, False):
         model = nn.Linear(20, 1, bias=False)
         sync = Synchronizer(
-            model, "signsgd", "sharded", error_feedback=feedback, exclude_last=False, min_numel=0
+            model, "signsgd", "sharded", error_feedback=feedback, quantize_last=True, min_numel=0
         )
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
         losses, norms = [], []
@@ -222,7 +222,7 @@ def error_feedback_regression(rank: int, world: int) -> dict:
             sync.step()
             optimizer.step()
             losses.append(loss.item())
-            norms.append(sync.state.memory.norm() if feedback else 0.0)
+            norms.append(sync.reducer.memory.norm() if feedback else 0.0)
         out[feedback] = {"losses": losses, "norms": norms, "weight": model.weight.detach().clone()}
     return out
 
@@ -263,7 +263,7 @@ def ddp_against_synchronizer(rank: int, world: int) -> dict:
             continue
         torch.manual_seed(0)
         model = MLP()
-        options = {"exclude_last": False, "min_numel": 0, "seed": 3}
+        options = {"quantize_last": True, "min_numel": 0, "seed": 3}
         if how.endswith("kernels"):
             options["kernels"] = how.split("-")[1]
         if how.startswith("ddp"):
@@ -291,14 +291,14 @@ def mixed_kernels(rank: int, world: int) -> dict:
     model = MLP()
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
     kernels = "numba" if rank == 0 else "torch"
-    state = terngrad.ddp.register(ddp, kernels=kernels, min_numel=0, exclude_last=False)
+    state = terngrad.ddp.register(ddp, kernels=kernels, min_numel=0, quantize_last=True)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
     _train(ddp, optimizer, rank, 5)
     other = terngrad.ddp.register(
         nn.parallel.DistributedDataParallel(MLP()),
         kernels="torch" if rank == 0 else "numba",
         min_numel=0,
-        exclude_last=False,
+        quantize_last=True,
     )
     other.load_state_dict(state.state_dict())
     return {"params": [p.detach().clone() for p in model.parameters()], "kernels": kernels}

@@ -9,9 +9,10 @@ from distributed import run
 
 from terngrad import quantize
 from terngrad.comm import TOPOLOGIES, shard_bounds
-from terngrad.comm.exchange import codes_frame_nbytes, grid_traffic
+from terngrad.comm.traffic import grid_traffic
 from terngrad.kernels import triton_available
 from terngrad.quantize import Layout
+from terngrad.wire import codes_frame_nbytes
 
 
 @pytest.fixture(scope="module", params=[2, 4])
@@ -216,7 +217,7 @@ def test_mismatched_settings_fail_fast_on_every_rank():
     messages = run(w.mismatch, 2)
     for text in messages:
         assert "registered different exchange configurations" in text
-        assert "rank 1: quantizer option clip=2.0 instead of 2.5" in text
+        assert "rank 1: quantizer_options.clip=2.0 instead of 2.5" in text
 
 
 def test_error_feedback_makes_scaled_sign_converge():
@@ -254,7 +255,7 @@ def test_ranks_on_different_kernel_backends_stay_identical():
 
 
 def test_auto_policy_quantizes_only_the_buckets_where_it_pays():
-    from terngrad.comm.exchange import ring_bytes
+    from terngrad.comm.traffic import ring_bytes
 
     world = 2
     results = run(w.auto_policy, world)

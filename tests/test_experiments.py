@@ -18,7 +18,7 @@ def test_lenet_uses_the_papers_settings():
         )  # fmt: skip
         assert cfg.total_batch_size == 64 and cfg.batch_size is None
         assert (cfg.lr_schedule, cfg.weight_decay, cfg.steps) == ("poly", 5e-4, 10_000)
-        assert not cfg.keep_last_fp32 and cfg.min_numel == 0  # every layer ternarized
+        assert cfg.exchange.quantize_last and cfg.exchange.min_numel == 0  # every layer ternarized
     assert len({cfg.out for _, cfg in runs}) == 4
 
 
@@ -27,7 +27,11 @@ def test_cifar_uses_table_1_settings():
     assert (fp32.model, fp32.dataset, fp32.optimizer, fp32.lr, fp32.batch_size) == (
         "cifarnet", "cifar10", "adam", 2e-4, 64,
     )  # fmt: skip
-    assert (fp32.workers, fp32.quantizer, tern.quantizer) == (2, "fp32", "terngrad")
+    assert (fp32.workers, fp32.exchange.quantizer, tern.exchange.quantizer) == (
+        2,
+        "fp32",
+        "terngrad",
+    )
     assert experiments.fashion("out", None, 10)[0][1].dataset == "fashion"
 
 
@@ -56,6 +60,6 @@ def test_results_table_and_plot(tmp_path):
 
 def test_demo_is_lenet_fp32_against_terngrad_on_4_workers():
     runs = experiments.demo("out", 50)
-    assert [cfg.quantizer for _, cfg in runs] == ["fp32", "terngrad"]
+    assert [cfg.exchange.quantizer for _, cfg in runs] == ["fp32", "terngrad"]
     assert all(isinstance(cfg, TrainConfig) and cfg.workers == 4 for _, cfg in runs)
     assert all(cfg.steps == 50 for _, cfg in runs)

@@ -11,8 +11,8 @@ from torch import nn
 from terngrad import quantize
 from terngrad.bench import model as M
 from terngrad.cli import main
-from terngrad.comm.exchange import grid_traffic, ring_bytes
 from terngrad.comm.policy import Estimate, decide
+from terngrad.comm.traffic import grid_traffic, ring_bytes
 from terngrad.quantize import Layout
 
 

@@ -154,7 +154,10 @@ def test_damaged_or_foreign_checkpoints_are_refused_and_kept(tmp_path, capsys):
         main([*RUN[:1], "--model", "lenet", "--dataset", "synthetic", "--quiet", "--workers", "2",
               "--steps", "4", "--resume", str(ckpt), "--out", str(other)])  # fmt: skip
     assert exc.value.code == 2
-    assert "belongs to a different run (model='mlp' there, 'lenet' now)" in capsys.readouterr().err
+    assert (
+        "belongs to a different run (this run's settings instead of the checkpoint's: "
+        "model='lenet' instead of 'mlp')"
+    ) in capsys.readouterr().err
 
 
 def test_ranks_started_with_different_settings_fail_naming_them():

@@ -48,7 +48,10 @@ def test_two_worker_run_writes_all_outputs_and_resumes(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main([*ARGS, "--steps", "6", "--lr", "0.5", "--out", str(out)])
     assert exc.value.code == 2
-    assert "belongs to a different run (lr=0.01 there, 0.5 now)" in capsys.readouterr().err
+    assert (
+        "belongs to a different run (this run's settings instead of the checkpoint's: "
+        "lr=0.5 instead of 0.01)"
+    ) in capsys.readouterr().err
     assert checkpoints.latest(out).read_bytes() == before
 
 
@@ -106,3 +109,49 @@ def test_batch_size_and_total_batch_size_together_are_refused(tmp_path, capsys):
         main([*ARGS, "--batch-size", "8", "--steps", "2", "--out", str(tmp_path / "x")])
     assert exc.value.code == 2
     assert "exactly one of batch-size" in capsys.readouterr().err
+
+
+def test_the_config_embeds_the_exchange_options_and_reads_the_flat_layout_of_0_1():
+    from pathlib import Path
+
+    from terngrad.comm import Options
+
+    saved = json.loads(
+        (Path(__file__).parent.parent / "docs/results/lenet/terngrad-2w/summary.json").read_text()
+    )["config"]  # written by terngrad 0.1: the exchange's options beside the run's
+    cfg = TrainConfig.from_dict(saved)
+    assert cfg.exchange == Options(quantize_last=True, min_numel=0, timeout=300.0)
+    assert (cfg.lr, cfg.total_batch_size, cfg.steps) == (0.01, 64, 10000)
+    assert TrainConfig.from_dict(cfg.to_dict()) == cfg
+    assert cfg.to_dict()["exchange"]["quantize_last"] is True
+    other = TrainConfig(out="y", exchange=cfg.exchange.replace(topology="ps"), lr=0.5)
+    assert cfg.diff(other, ignore=("out",)) == [
+        "batch_size=64 instead of None",
+        "lr=0.5 instead of 0.01",
+        "lr_schedule='constant' instead of 'poly'",
+        "steps=1000 instead of 10000",
+        "topology='ps' instead of 'sharded'",
+        "total_batch_size=None instead of 64",
+        "weight_decay=0.0 instead of 0.0005",
+        "workers=4 instead of 2",
+    ]
+    with pytest.raises(ValueError, match="needs a timeout"):
+        TrainConfig(out="x", exchange=Options())
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--topology", "ring"], "unknown topology 'ring'; choose one of: sharded, ps, allgather"),
+        (["--clip", "2", "--no-clip"], "give --clip or --no-clip, not both"),
+        (["--quantizer", "linear", "--policy", "auto"], "policy 'auto' predicts"),
+        (["--seed", "1" + "0" * 30], "seed must be an integer from 0 to 2**63 - 1"),
+        (["--levels", "3"], "quantizer 'terngrad' has no option 'levels'"),
+    ],
+)
+def test_bad_exchange_options_are_one_line_and_exit_2(tmp_path, capsys, flags, message):
+    with pytest.raises(SystemExit) as exc:
+        main([*ARGS, "--steps", "2", "--out", str(tmp_path / "run"), *flags])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists()

@@ -30,10 +30,11 @@ from typing import Any
 import torch
 
 from terngrad import quantize
-from terngrad.comm.exchange import GridStep, shard_bounds
-from terngrad.comm.policy import median_seconds
+from terngrad.comm.exchange import shard_bounds
+from terngrad.comm.grid import GridStep
 from terngrad.kernels import Streams, resolve
 from terngrad.quantize import Layout
+from terngrad.util.timing import median_seconds
 
 
 def _grid_ops(kernels: str, g: torch.Tensor, workers: int) -> list[tuple[str, Callable, int]]:

@@ -48,16 +48,17 @@ import torch
 from torch import nn
 
 from terngrad import quantize
-from terngrad.comm.exchange import grid_traffic, ring_bytes
-from terngrad.comm.hook import last_layer_names
-from terngrad.quantize import Layout
-from terngrad.train.files import atomic_write
+from terngrad.bench.methods import METHODS as BENCH_METHODS
+from terngrad.bench.methods import POWERSGD_RANK, BenchMethod
+from terngrad.comm.options import MIN_NUMEL
+from terngrad.comm.plans import last_layer_names
+from terngrad.comm.traffic import grid_traffic, ring_bytes
+from terngrad.quantize import Layout, SymmetricGrid
+from terngrad.util.files import atomic_write
 
 FIRST_BUCKET_BYTES = 2**20  # DDP's first bucket
 BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb default
-MIN_NUMEL = 1024  # the hook's default: smaller tensors stay fp32
 FORWARD_SHARE = 1 / 3  # backward costs about twice the forward pass
-POWERSGD_RANK = 2
 
 
 @dataclass(frozen=True)
@@ -215,9 +216,7 @@ def _kept(p: Param) -> bool:
     return p.last_layer or p.numel < MIN_NUMEL
 
 
-def _hook(quantizer: str, topology: str, **options) -> Callable[[Sequence[Param], int], Wire]:
-    q = quantize.get(quantizer, **options)
-
+def _hook(q: SymmetricGrid, topology: str) -> Callable[[Sequence[Param], int], Wire]:
     def traffic(bucket: Sequence[Param], world: int) -> Wire:
         sizes = [p.numel for p in bucket]
         n = sum(sizes)
@@ -242,17 +241,23 @@ class Method:
     deferred: Callable[[Param], bool] | None = None
 
 
+_BUILTIN_TRAFFIC = {"fp32": _fp32, "fp16": _fp16, "powersgd": _powersgd}
+
+
+def _modelled(spec: BenchMethod) -> Method | None:
+    """The model of a benchmark method, or ``None`` for a quantizer off the shared grid (its
+    levels are searched per bucket, which the traffic formulas do not cover)."""
+    if spec.builtin is not None:
+        return Method(spec.name, _BUILTIN_TRAFFIC[spec.builtin], one_bucket=spec.one_bucket)
+    q = quantize.get(spec.quantizer, **spec.options)
+    if not isinstance(q, SymmetricGrid):
+        return None
+    return Method(spec.name, _hook(q, spec.topology), deferred=_kept)
+
+
+#: the methods of :mod:`terngrad.bench.methods` the model can predict
 METHODS: dict[str, Method] = {
-    m.name: m
-    for m in (
-        Method("fp32", _fp32),
-        Method("fp16", _fp16),
-        Method("powersgd", _powersgd, one_bucket=True),
-        Method("terngrad", _hook("terngrad", "sharded"), deferred=_kept),
-        Method("terngrad-ps", _hook("terngrad", "ps"), deferred=_kept),
-        Method("terngrad-allgather", _hook("terngrad", "allgather"), deferred=_kept),
-        Method("qsgd", _hook("qsgd", "sharded", levels=5), deferred=_kept),
-    )
+    m.name: m for m in map(_modelled, BENCH_METHODS.values()) if m is not None
 }
 
 

@@ -21,6 +21,8 @@ and decoding. Methods:
   hangs with several;
 * ``terngrad``, ``terngrad-ps``, ``terngrad-allgather``, ``qsgd``, ``orq`` — this library's hook
   (sharded unless named).
+
+The methods are those of :mod:`terngrad.bench.methods`.
 """
 
 from __future__ import annotations
@@ -43,23 +45,16 @@ from typing import Any
 
 import torch
 
-from terngrad.comm.policy import timings
+from terngrad.bench import methods as bench_methods
+from terngrad.util.timing import timings
 
 PREFIX = "tg"
 SUBNET = "10.213.0"
 PORT = 29517
 BANDWIDTHS = ("100mbit", "1gbit", "10gbit", "unlimited")
-METHODS = {
-    "fp32": "DDP fp32 all-reduce",
-    "fp16": "PyTorch fp16_compress_hook",
-    "powersgd": "PyTorch powerSGD_hook (rank 2, one bucket)",
-    "terngrad": "terngrad sharded",
-    "terngrad-ps": "terngrad parameter server",
-    "terngrad-allgather": "terngrad all-gather",
-    "qsgd": "QSGD 5 levels, sharded",
-    "orq": "ORQ 5 levels, sharded",
-}
-DEFAULT_METHODS = ("fp32", "fp16", "powersgd", "terngrad", "terngrad-ps", "qsgd")
+#: each method's label, by name
+METHODS = {name: m.label for name, m in bench_methods.METHODS.items()}
+DEFAULT_METHODS = bench_methods.DEFAULT_METHODS
 
 
 class TestbedUnavailable(RuntimeError):
@@ -266,23 +261,27 @@ def _ddp(model: torch.nn.Module, method: str, seed: int):
 
     import terngrad.ddp
 
-    if method == "powersgd":  # one bucket: PowerSGD hangs on gloo with several
+    spec = bench_methods.method(method)
+    if spec.one_bucket:
         size_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
         ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=size_mb + 1)
+    else:
+        ddp = nn.parallel.DistributedDataParallel(model)
+    if spec.builtin == "powersgd":
         state = psgd.PowerSGDState(
-            process_group=None, matrix_approximation_rank=2, start_powerSGD_iter=2, random_seed=seed
+            process_group=None,
+            matrix_approximation_rank=bench_methods.POWERSGD_RANK,
+            start_powerSGD_iter=2,
+            random_seed=seed,
         )
         ddp.register_comm_hook(state, psgd.powerSGD_hook)
         return ddp, None
-    ddp = nn.parallel.DistributedDataParallel(model)
-    if method == "fp16":
+    if spec.builtin == "fp16":
         ddp.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
         return ddp, None
-    if method == "fp32":
+    if spec.builtin == "fp32":
         return ddp, None
-    quantizer, _, topology = method.partition("-")
-    options = {"levels": 5} if quantizer in ("qsgd", "orq") else {}
-    state = terngrad.ddp.register(ddp, quantizer, topology or "sharded", seed=seed, **options)
+    state = terngrad.ddp.register(ddp, spec.quantizer, spec.topology, seed=seed, **spec.options)
     return ddp, state
 
 
@@ -447,7 +446,7 @@ def plot(summary: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from terngrad.train.files import atomic_write
+    from terngrad.util.files import atomic_write
 
     methods = [m for m in summary["methods"] if m["speedup_vs_fp32"]]
     fig, ax = plt.subplots(figsize=(7, 3.5))
@@ -490,7 +489,7 @@ def run(
 ) -> dict:
     """Build the testbed, run every rank, tear it down; write ``results.json`` and
     ``speedup.png`` into ``out`` and return the summary."""
-    from terngrad.train.files import atomic_write_text
+    from terngrad.util.files import atomic_write_text
 
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from terngrad import quantize
 from terngrad.bench.study import Study, Total, clip_effect
-from terngrad.train.files import atomic_write, atomic_write_text
+from terngrad.util.files import atomic_write, atomic_write_text
 
 FIGURES = ("histograms", "pareto", "over-steps")
 

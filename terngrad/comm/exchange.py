@@ -42,18 +42,16 @@ import torch
 import torch.distributed as dist
 
 from terngrad import quantize
+from terngrad.comm.errors import ExchangeMismatch
+from terngrad.comm.grid import GridStep
 from terngrad.comm.link import Link
-from terngrad.kernels import GridInput, Kernels, Streams, TorchKernels
+from terngrad.kernels import Kernels, Streams, TorchKernels
 from terngrad.quantize import Encoded, Layout, Quantizer, SymmetricGrid
-from terngrad.wire import Codec, FrameHeader, frame_nbytes, new_frame, read_frame, seal_frame
+from terngrad.wire import codes_frame_nbytes
 
 Draws = Streams | torch.Tensor | None
 
 AGGREGATES = ("requantize", "fp16")
-
-
-class ExchangeMismatch(RuntimeError):
-    """A rank received a message that does not fit its own configuration."""
 
 
 @dataclass(frozen=True)
@@ -78,152 +76,6 @@ def shard_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
         bounds.append((start, stop))
         start = stop
     return bounds
-
-
-# --------------------------------------------------------------------------- code frames
-
-
-def _codes_codec(count: int, m: int) -> Codec:
-    return Codec.base(2 * count * m + 1)
-
-
-def codes_header(method_id: int, numel: int, count: int, m: int) -> FrameHeader:
-    """The header of a frame of ``numel`` grid digits summed over ``count`` ranks: each digit is
-    a signed sum in ``[-count m, count m]`` plus ``count m``, in base ``2 count m + 1``."""
-    codec = _codes_codec(count, m)
-    return FrameHeader(
-        method_id=method_id,
-        codec=codec,
-        dtype=torch.float32,
-        shape=(numel,),
-        levels=codec.param,
-        bucket_size=0,
-        n_scales=0,
-    )
-
-
-def codes_frame_nbytes(numel: int, count: int, m: int) -> int:
-    return frame_nbytes(1, 0, _codes_codec(count, m).nbytes(numel))
-
-
-def read_codes(frame: torch.Tensor, method_id: int, numel: int, count: int, m: int, sender):
-    """The payload of a frame of digits; :class:`ExchangeMismatch` if it is not what was
-    expected (``ValueError`` if it is damaged)."""
-    header, _, payload = read_frame(frame)
-    levels = 2 * count * m + 1
-    if (header.method_id, header.levels, header.numel) != (method_id, levels, numel):
-        raise ExchangeMismatch(
-            f"rank {sender} sent {header.numel} codes of method id {header.method_id} with "
-            f"{header.levels} levels; this rank expected {numel} of method id {method_id} with "
-            f"{levels}: the ranks disagree on the model, the bucket layout or the quantizer"
-        )
-    return payload
-
-
-@dataclass(frozen=True)
-class GridStep:
-    """One rank's gradient on the shared grid for one step: everything needed to pack any range
-    of its digits into a frame and to decode frames of summed digits."""
-
-    kernels: Kernels
-    grid: GridInput
-    shared: torch.Tensor
-    draws: Streams | torch.Tensor
-
-    @property
-    def quantizer(self) -> SymmetricGrid:
-        return self.grid.quantizer
-
-    def frame(self, lo: int, hi: int) -> torch.Tensor:
-        """A frame of this rank's digits of elements ``[lo, hi)`` (count 1)."""
-        q = self.quantizer
-        frame, payload = new_frame(codes_header(q.method_id, hi - lo, 1, q.m), torch.empty(0))
-        self.kernels.grid_pack(
-            self.grid, self.shared, self.draws, lo, hi, _codes_codec(1, q.m), payload
-        )
-        return seal_frame(frame)
-
-    def sum_frames(self, frames: list[torch.Tensor], numel: int, count: int) -> torch.Tensor:
-        """A frame of the sum of ``frames`` (from ranks 0.., each a sum over ``count`` ranks)."""
-        q = self.quantizer
-        payloads = [
-            read_codes(f, q.method_id, numel, count, q.m, sender) for sender, f in enumerate(frames)
-        ]
-        total = count * len(frames)
-        frame, payload = new_frame(codes_header(q.method_id, numel, total, q.m), torch.empty(0))
-        self.kernels.sum_packed(
-            payloads, numel, _codes_codec(count, q.m), _codes_codec(total, q.m), payload
-        )
-        return seal_frame(frame)
-
-    def decode(self, frame: torch.Tensor, lo: int, out: torch.Tensor, count: int, sender) -> None:
-        """``out`` (the elements from ``lo`` on) gets the mean of ``count`` ranks' quantized
-        values from ``frame``, their summed digits: ``s * sum / (count m)``."""
-        q = self.quantizer
-        payload = read_codes(frame, q.method_id, out.numel(), count, q.m, sender)
-        self.kernels.decode_into(
-            out, payload, _codes_codec(count, q.m), count * q.m, count * q.m, lo,
-            self.grid.layout, self.shared,
-        )  # fmt: skip
-
-
-# --------------------------------------------------------------------------- traffic
-
-
-@dataclass(frozen=True)
-class Traffic:
-    """What one exchange moves at one rank: bytes sent and received; ``path``, the bytes on
-    its critical path (per phase the larger of what it sends and receives, as links are full
-    duplex, the phases one after the other); and the point-to-point messages on that path
-    (what per-message latency multiplies)."""
-
-    sent: int
-    received: int
-    path: int
-    messages: int
-
-
-def ring_bytes(nbytes: int, world: int) -> int:
-    """Bytes each rank sends (and receives) in a bandwidth-optimal ring all-reduce of a
-    tensor of ``nbytes``: ``2 (N-1)/N nbytes`` (reduce-scatter, then all-gather)."""
-    return 2 * (world - 1) * nbytes // world
-
-
-def grid_traffic(topology: str, numel: int, n_scales: int, world: int, m: int) -> list[Traffic]:
-    """Per rank, what :meth:`Exchange.reduce` of a shared-grid quantizer (``m`` levels a side:
-    TernGrad 1) moves for ``numel`` elements with ``n_scales`` scales on ``world`` ranks —
-    exactly what :class:`~terngrad.comm.link.Link` counts: the scale all-reduce (with its
-    non-finite flag), then the topology's frames (sizes from :func:`codes_frame_nbytes`)."""
-    if topology not in Exchange.registry:
-        raise ValueError(
-            f"unknown topology {topology!r}; choose one of: {', '.join(Exchange.registry)}"
-        )
-    scales, hops = ring_bytes(4 * (n_scales + 1), world), world - 1
-    one, agg = codes_frame_nbytes(numel, 1, m), codes_frame_nbytes(numel, world, m)
-    if topology == "sharded":  # scales; all-to-all of shards; all-gather of the owners' sums
-        sizes = [b - a for a, b in shard_bounds(numel, world)]
-        ones = [codes_frame_nbytes(n, 1, m) for n in sizes]
-        gathered = hops * max(codes_frame_nbytes(n, world, m) for n in sizes)
-        out = []
-        for r in range(world):
-            sent, received = sum(ones) - ones[r], hops * ones[r]
-            out.append(
-                Traffic(
-                    scales + sent + gathered,
-                    scales + received + gathered,
-                    scales + max(sent, received) + gathered,
-                    4 * hops,
-                )
-            )
-        return out
-    if topology == "ps":  # scales; gather at the root; broadcast from it
-        root = Traffic(
-            scales + hops * agg, scales + hops * one, scales + hops * (one + agg), 4 * hops
-        )
-        worker = Traffic(scales + one, scales + agg, scales + one + agg, 4 * hops)
-        return [root] + [worker] * hops
-    gathered = scales + hops * one  # allgather: scales; every rank's frame to every rank
-    return [Traffic(gathered, gathered, gathered, 3 * hops)] * world
 
 
 # --------------------------------------------------------------------------- exchanges

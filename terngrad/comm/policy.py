@@ -21,17 +21,16 @@ dominate) and fast links (the codec costs more than the bytes it saves) stay fp3
 
 from __future__ import annotations
 
-import statistics
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-from terngrad.comm.exchange import GridStep, grid_traffic, ring_bytes
+from terngrad.comm.grid import GridStep
+from terngrad.comm.traffic import grid_traffic, ring_bytes
 from terngrad.kernels import Kernels, Streams
 from terngrad.quantize import Layout, SymmetricGrid
+from terngrad.util.timing import median_seconds
 
 PROBE_NUMEL = 2**20  # 4 MiB of float32
 CODEC_SIZES = (2**14, 2**20)
@@ -81,23 +80,6 @@ def decide(estimate: Estimate, topology: str, layout: Layout, world: int, m: int
     fp32 = estimate.fp32_seconds(layout.numel, world)
     quantized = estimate.quantized_seconds(topology, layout.numel, layout.n_buckets, world, m)
     return Decision(quantized < fp32, fp32, quantized)
-
-
-def timings(fn: Callable[[], object], repeats: int, warmup: int = 0) -> list[float]:
-    """Wall seconds of each of ``repeats`` calls of ``fn``, after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return times
-
-
-def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 0) -> float:
-    """The median of :func:`timings`."""
-    return statistics.median(timings(fn, repeats, warmup))
 
 
 def _sync(device) -> None:

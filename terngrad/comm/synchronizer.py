@@ -5,7 +5,8 @@
 
 ``Synchronizer`` broadcasts rank 0's parameters when it is made (parameter localization:
 identical replicas from the start), and ``step()`` averages every parameter's ``.grad`` over
-the ranks with the same machinery as the DDP hook, in buckets of ``bucket_cap_mb``.
+the ranks with the same :class:`~terngrad.comm.reducer.Reducer` as the DDP hook, in buckets of
+``bucket_cap_mb``.
 """
 
 from __future__ import annotations
@@ -17,16 +18,19 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from terngrad.comm.hook import HookState, Stats, last_layer_names
+from terngrad.comm.options import Options
+from terngrad.comm.plans import last_layer_names
+from terngrad.comm.reducer import Reducer
+from terngrad.comm.stats import Stats
 from terngrad.quantize import Quantizer
 
 
 class Synchronizer:
     """Averages ``.grad`` of ``params`` over all ranks through quantized messages.
 
-    ``params``: an ``nn.Module`` (its last layer is the one ``exclude_last`` keeps in fp32) or an
-    iterable of parameters or ``(name, parameter)`` pairs (then the last tensor is the last
-    layer). Other options as for :func:`terngrad.ddp.register`.
+    ``params``: an ``nn.Module`` (its last layer is the one kept in full precision unless
+    ``quantize_last``) or an iterable of parameters or ``(name, parameter)`` pairs (then the
+    last tensor is the last layer). Other settings as for :func:`terngrad.ddp.register`.
     """
 
     def __init__(
@@ -36,7 +40,7 @@ class Synchronizer:
         topology: str = "sharded",
         *,
         bucket_cap_mb: float = 25.0,
-        **options: Any,
+        **settings: Any,
     ) -> None:
         if isinstance(params, nn.Module):
             named, last = list(params.named_parameters()), last_layer_names(params)
@@ -46,9 +50,10 @@ class Synchronizer:
             last = {named[-1][0]} if named else set()
         if not bucket_cap_mb > 0:
             raise ValueError(f"bucket_cap_mb must be positive, got {bucket_cap_mb!r}")
-        self.state = HookState(named, last, quantizer, topology, **options)
+        extra = {k: settings.pop(k) for k in ("estimate", "group") if k in settings}
+        self.reducer = Reducer(Options.of(quantizer, topology, **settings), named, last, **extra)
         self.params = [p for _, p in named if p.requires_grad]
-        link = self.state.link
+        link = self.reducer.link
         for p in self.params:  # identical replicas from the start, as DDP does
             dist.broadcast(p.data, src=link._global(0), group=link.group)
         self.buckets: list[list[nn.Parameter]] = []
@@ -63,7 +68,7 @@ class Synchronizer:
 
     @property
     def stats(self) -> Stats:
-        return self.state.stats
+        return self.reducer.stats
 
     def step(self) -> bool:
         """Average the gradients (a missing ``.grad`` counts as zeros). Returns True if some
@@ -72,21 +77,21 @@ class Synchronizer:
         for bucket in self.buckets:
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in bucket]
             flat = torch.cat([g.reshape(-1) for g in grads])
-            self.state.reduce_bucket(flat, bucket)
+            self.reducer.reduce_bucket(flat, bucket)
             for p, part in zip(bucket, flat.split([p.numel() for p in bucket]), strict=True):
                 if p.grad is None:
                     p.grad = part.view_as(p).clone()
                 else:
                     p.grad.copy_(part.view_as(p))
-        self.state.finish_step()
-        if self.state.last_step_skipped:  # a later bucket found it: zero the earlier ones too
+        self.reducer.finish_step()
+        if self.reducer.last_step_skipped:  # a later bucket found it: zero the earlier ones too
             for p in self.params:
                 if p.grad is not None:
                     p.grad.zero_()
-        return self.state.last_step_skipped
+        return self.reducer.last_step_skipped
 
     def state_dict(self) -> dict[str, Any]:
-        return self.state.state_dict()
+        return self.reducer.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.state.load_state_dict(state)
+        self.reducer.load_state_dict(state)

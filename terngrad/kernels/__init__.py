@@ -14,8 +14,11 @@ import os
 
 import torch
 
-from terngrad.kernels.backend import GridInput, Kernels, NumbaKernels, TorchKernels, TritonKernels
+from terngrad.kernels.backend import GridInput, Kernels
+from terngrad.kernels.fused_cpu import NumbaKernels
+from terngrad.kernels.fused_gpu import TritonKernels
 from terngrad.kernels.random import Streams, counter_uniform, stream_seed
+from terngrad.kernels.reference import TorchKernels
 
 KERNELS = ("auto", "numba", "triton", "torch")
 

@@ -2,7 +2,7 @@
 
 A checkpoint is ``checkpoint-<step, 8 digits>.pt`` in the run's folder: the 16-byte magic
 ``TERNGRAD-CKPT-1\\n``, the SHA-256 of the rest, then what ``torch.save`` wrote. It is written to
-a temporary file, fsynced and renamed (:func:`~terngrad.train.files.atomic_write`), so a crash
+a temporary file, fsynced and renamed (:func:`~terngrad.util.files.atomic_write`), so a crash
 leaves the previous checkpoints untouched; :func:`load` refuses a truncated, bit-flipped or
 foreign file with a one-line ``ValueError`` and reads the rest with ``weights_only=True`` (no
 pickled code runs). :func:`prune` keeps the newest ``keep``.
@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from terngrad.train.files import atomic_write
+from terngrad.util.files import atomic_write
 
 MAGIC = b"TERNGRAD-CKPT-1\n"
 _DIGEST = 32

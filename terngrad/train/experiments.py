@@ -13,9 +13,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from terngrad.train.files import atomic_write_text
+from terngrad.comm import Options
 from terngrad.train.report import markdown_table, write_curves
-from terngrad.train.trainer import TrainConfig, launch, prepare_out
+from terngrad.train.trainer import DEFAULT_TIMEOUT, TrainConfig, launch, prepare_out
+from terngrad.util.files import atomic_write_text
 
 #: Wen et al. 2017, the figures each experiment is compared with
 PAPER = {
@@ -32,7 +33,8 @@ def _lenet_settings(out: str, steps: int) -> TrainConfig:
     return TrainConfig(
         out=out, model="lenet", dataset="mnist", optimizer="momentum", lr=0.01, momentum=0.9,
         lr_schedule="poly", weight_decay=5e-4, batch_size=None, total_batch_size=64,
-        steps=steps, eval_every=max(1, min(500, steps // 10)), keep_last_fp32=False, min_numel=0,
+        steps=steps, eval_every=max(1, min(500, steps // 10)),
+        exchange=Options(quantize_last=True, min_numel=0, timeout=DEFAULT_TIMEOUT),
     )  # fmt: skip
 
 
@@ -72,7 +74,8 @@ def _grid(base: TrainConfig, workers) -> list[tuple[str, TrainConfig]]:
         for quantizer in ("fp32", "terngrad"):
             label = f"{quantizer}, {n} workers"
             folder = str(Path(base.out) / f"{quantizer}-{n}w")
-            runs.append((label, replace(base, out=folder, workers=n, quantizer=quantizer)))
+            exchange = base.exchange.replace(quantizer=quantizer)
+            runs.append((label, replace(base, out=folder, workers=n, exchange=exchange)))
     return runs
 
 
@@ -94,7 +97,7 @@ def write_results(name: str, runs, summaries: dict[str, dict[str, Any]], out: Pa
     fp32_bytes = {
         cfg.workers: summaries[label]["bytes_sent_per_step"]
         for label, cfg in runs
-        if cfg.quantizer == "fp32" and summaries.get(label)
+        if cfg.exchange.quantizer == "fp32" and summaries.get(label)
     }
     rows = []
     for label, cfg in runs:
@@ -132,10 +135,11 @@ def write_results(name: str, runs, summaries: dict[str, dict[str, Any]], out: Pa
 
 
 def _tern_settings(cfg: TrainConfig) -> str:
-    options = cfg.quantizer_options or {"clip": 2.5}
-    if not cfg.keep_last_fp32 and not cfg.min_numel:
+    x = cfg.exchange
+    options = x.quantizer_options or {"clip": 2.5}
+    if x.quantize_last and not x.min_numel:
         kept = "every tensor ternarized"
     else:
-        last = "the last layer and " if cfg.keep_last_fp32 else ""
-        kept = f"{last}tensors under {cfg.min_numel} elements kept fp32"
-    return f"{options}, {cfg.topology} exchange, {kept}"
+        last = "" if x.quantize_last else "the last layer and "
+        kept = f"{last}tensors under {x.min_numel} elements kept fp32"
+    return f"{options}, {x.topology} exchange, {kept}"

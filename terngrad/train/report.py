@@ -8,7 +8,7 @@ from typing import Any
 
 import matplotlib
 
-from terngrad.train.files import atomic_write
+from terngrad.util.files import atomic_write
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt

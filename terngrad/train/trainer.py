@@ -26,6 +26,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,17 +36,18 @@ import torch.distributed as dist
 from torch import nn
 
 import terngrad.ddp
-from terngrad import kernels, quantize
-from terngrad.comm import TOPOLOGIES, rank_seed
+from terngrad import kernels
+from terngrad.comm import CollectiveFailed, Options, rank_seed
+from terngrad.comm.agreement import differing_ranks
 from terngrad.comm.consistency import check_replicas
-from terngrad.comm.hook import POLICIES, CollectiveFailed
-from terngrad.kernels import KERNELS
 from terngrad.train import checkpoints, models
 from terngrad.train import data as datasets
-from terngrad.train.files import atomic_write_text
 from terngrad.train.progress import Progress
+from terngrad.util.differences import differences
+from terngrad.util.files import atomic_write_text
 
 CHECKPOINT_FORMAT = 2
+DEFAULT_TIMEOUT = 300.0  # seconds any collective of a training run may wait
 OPTIMIZERS = ("sgd", "momentum", "adam")
 SCHEDULES = ("constant", "poly")
 #: fields that may change when a run is resumed (extending it, evaluating more often, moving it)
@@ -64,14 +66,9 @@ class TrainConfig:
     dataset: str = "mnist"
     data_dir: str | None = None
     workers: int = 4
-    quantizer: str = "terngrad"
-    quantizer_options: dict[str, Any] = field(default_factory=dict)
-    topology: str = "sharded"
-    kernels: str = "auto"
-    policy: str = "quantize"
-    error_feedback: bool = False
-    keep_last_fp32: bool = True
-    min_numel: int = 1024
+    #: how gradients are exchanged; its ``seed`` seeds the whole run (data order,
+    #: initialisation, rounding), its ``timeout`` bounds every collective
+    exchange: Options = field(default_factory=lambda: Options(timeout=DEFAULT_TIMEOUT))
     optimizer: str = "momentum"
     lr: float = 0.01
     momentum: float = 0.9
@@ -83,14 +80,12 @@ class TrainConfig:
     steps: int = 1000
     eval_every: int = 500
     dropout: float | None = None
-    seed: int = 0
     workers_threads: int | None = None
     progress: bool = True
     checkpoint_every: int | None = None  # None: at every evaluation
     keep_checkpoints: int = 3
     max_skipped_steps: int = 10  # consecutive steps with a NaN/Inf gradient before stopping
     check_replicas_every: int = 100  # 0: never
-    timeout: float = 300.0  # seconds any collective may wait
 
     def __post_init__(self) -> None:
         def fail(message: str) -> None:
@@ -99,13 +94,10 @@ class TrainConfig:
         models.default_input_shape(self.model)  # raises for an unknown model
         if self.dataset not in datasets.names():
             fail(f"unknown dataset {self.dataset!r}; choose one of: {', '.join(datasets.names())}")
-        quantize.get(self.quantizer, **self.quantizer_options)  # raises for bad options
-        if self.topology not in TOPOLOGIES:
-            fail(f"unknown topology {self.topology!r}; choose one of: {', '.join(TOPOLOGIES)}")
-        if self.kernels not in KERNELS:
-            fail(f"unknown kernels {self.kernels!r}; choose one of: {', '.join(KERNELS)}")
-        if self.policy not in POLICIES:
-            fail(f"unknown policy {self.policy!r}; choose one of: {', '.join(POLICIES)}")
+        if not isinstance(self.exchange, Options):
+            fail(f"exchange must be a terngrad.ddp.Options, got {type(self.exchange).__name__}")
+        if self.exchange.timeout is None:
+            fail("a training run needs a timeout: every collective waits at most that long")
         if self.optimizer not in OPTIMIZERS:
             fail(f"unknown optimizer {self.optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
         if self.lr_schedule not in SCHEDULES:
@@ -117,8 +109,6 @@ class TrainConfig:
             fail(f"checkpoint-every must be at least 1, got {self.checkpoint_every}")
         if self.check_replicas_every < 0:
             fail(f"check-replicas-every must be >= 0 (0: never), got {self.check_replicas_every}")
-        if not self.timeout > 0:
-            fail(f"timeout must be a positive number of seconds, got {self.timeout}")
         if not self.lr > 0:
             fail(f"lr must be positive, got {self.lr}")
         if (self.batch_size is None) == (self.total_batch_size is None):
@@ -142,11 +132,37 @@ class TrainConfig:
         return self.total_batch_size // self.workers
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """JSON-serialisable: the exchange's options nested under ``exchange``."""
+        return {**dataclasses.asdict(self), "exchange": self.exchange.to_dict()}
+
+    def settings(self) -> dict[str, Any]:
+        """Every setting by its one name (the exchange's beside the run's: no name is both)."""
+        own = {k: v for k, v in self.to_dict().items() if k != "exchange"}
+        return {**own, **self.exchange.to_dict()}
+
+    def diff(self, other: TrainConfig, ignore: Collection[str] = ()) -> list[str]:
+        """How ``other`` differs from this run: ``name=<other> instead of <this>``."""
+        return differences(self.settings(), other.settings(), ignore)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
-        return cls(**values)
+        """The config :meth:`to_dict` wrote (also the flat layout of terngrad 0.1's files)."""
+        values = dict(values)
+        exchange = dict(values.pop("exchange", {}))
+        for name in _LEGACY_EXCHANGE_FIELDS:
+            if name in values:
+                exchange[name] = values.pop(name)
+        if "keep_last_fp32" in values:
+            exchange["quantize_last"] = not values.pop("keep_last_fp32")
+        exchange.setdefault("timeout", DEFAULT_TIMEOUT)
+        return cls(**values, exchange=Options(**exchange))
+
+
+#: options that were fields of TrainConfig itself before the exchange's options object
+_LEGACY_EXCHANGE_FIELDS = (
+    "quantizer", "quantizer_options", "topology", "kernels", "policy", "error_feedback",
+    "min_numel", "seed", "timeout",
+)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- one worker
@@ -194,16 +210,16 @@ def load_checkpoint(path: Path, cfg: TrainConfig) -> dict[str, Any]:
     ckpt = checkpoints.load(path)
     if ckpt.get("format") != CHECKPOINT_FORMAT or not isinstance(ckpt.get("config"), dict):
         raise ValueError(f"{path} is not a terngrad training checkpoint of this version")
-    saved, mine = {**TrainConfig(out=cfg.out).to_dict(), **ckpt["config"]}, cfg.to_dict()
-    differing = [
-        f"{k}={saved.get(k)!r} there, {mine[k]!r} now"
-        for k in mine
-        if k not in RESUMABLE_CHANGES and saved.get(k) != mine[k]
-    ]
+    try:
+        saved = TrainConfig.from_dict(ckpt["config"])
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path} holds a configuration this version cannot read: {exc}") from None
+    differing = saved.diff(cfg, RESUMABLE_CHANGES)
     if differing:
         raise ValueError(
-            f"{path} belongs to a different run ({'; '.join(differing)}): resume with the same "
-            "settings or choose another --out"
+            f"{path} belongs to a different run (this run's settings instead of the "
+            f"checkpoint's: {'; '.join(differing)}): resume with the same settings or choose "
+            "another --out"
         )
     return ckpt
 
@@ -222,15 +238,7 @@ PER_NODE = ("out", "data_dir", "workers_threads", "progress", "kernels")
 def check_same_run(cfg: TrainConfig) -> None:
     """Fail on every rank, naming the differences, unless all ranks run the same settings
     (a collective; it runs before anything else, so misconfigured nodes stop at once)."""
-    mine = {k: v for k, v in cfg.to_dict().items() if k not in PER_NODE}
-    every: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(every, mine)
-    problems = [
-        f"rank {r}: " + ", ".join(f"{k}={c.get(k)!r} instead of {every[0].get(k)!r}"
-                                  for k in sorted(every[0]) if c.get(k) != every[0].get(k))
-        for r, c in enumerate(every)
-        if c != every[0]
-    ]  # fmt: skip
+    problems = differing_ranks(cfg.settings(), ignore=PER_NODE)
     if problems:
         raise ValueError(
             "the ranks were started with different settings (compared with rank 0): "
@@ -251,27 +259,19 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
         cfg.data_dir,
         synthetic_shape=models.default_input_shape(cfg.model),
         synthetic_classes=10,
-        seed=cfg.seed,
+        seed=cfg.exchange.seed,
     )
-    torch.manual_seed(cfg.seed)  # identical initial replicas (DDP also broadcasts rank 0's)
+    torch.manual_seed(
+        cfg.exchange.seed
+    )  # identical initial replicas (DDP also broadcasts rank 0's)
     model = models.build(cfg.model, data.input_shape, data.num_classes, cfg.dropout)
     ddp = nn.parallel.DistributedDataParallel(model)
-    state = terngrad.ddp.register(
-        ddp,
-        cfg.quantizer,
-        cfg.topology,
-        kernels=cfg.kernels,
-        policy=cfg.policy,
-        timeout=cfg.timeout,
-        error_feedback=cfg.error_feedback,
-        exclude_last=cfg.keep_last_fp32,
-        min_numel=cfg.min_numel,
-        seed=cfg.seed,
-        **cfg.quantizer_options,
-    )
+    state = terngrad.ddp.register(ddp, options=cfg.exchange)
     optimizer = _optimizer(cfg, model.parameters())
     schedule = _schedule(cfg, optimizer)
-    sampler = datasets.ShardSampler(len(data.train_y), rank, world, cfg.worker_batch, cfg.seed)
+    sampler = datasets.ShardSampler(
+        len(data.train_y), rank, world, cfg.worker_batch, cfg.exchange.seed
+    )
 
     start, elapsed = 0, 0.0
     checkpoint_path = resume_point(cfg, resume)
@@ -295,7 +295,8 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
     skipped_in_a_row = 0
     for step in range(start, cfg.steps):
         x, y = data.train_batch(
-            sampler.batch(step), torch.Generator().manual_seed(rank_seed(cfg.seed + step, rank))
+            sampler.batch(step),
+            torch.Generator().manual_seed(rank_seed(cfg.exchange.seed + step, rank)),
         )
         optimizer.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(ddp(x), y)
@@ -413,13 +414,14 @@ def _finish(cfg: TrainConfig, out: Path, state, accuracy: float, seconds: float)
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     from terngrad.train.report import write_curves  # matplotlib: rank 0 only, at the end
 
-    write_curves({cfg.quantizer: metrics}, out / "curves.png", title=_title(cfg))
+    write_curves({cfg.exchange.quantizer: metrics}, out / "curves.png", title=_title(cfg))
     return summary
 
 
 def _title(cfg: TrainConfig) -> str:
+    x = cfg.exchange
     return (
-        f"{cfg.model} on {cfg.dataset}, {cfg.workers} workers, {cfg.quantizer}/{cfg.topology}, "
+        f"{cfg.model} on {cfg.dataset}, {cfg.workers} workers, {x.quantizer}/{x.topology}, "
         f"batch {cfg.worker_batch}/worker"
     )
 
@@ -446,7 +448,7 @@ def _spawned_worker(
         init_method=f"tcp://127.0.0.1:{port}",  # loopback: nothing outside this machine joins
         rank=rank,
         world_size=cfg.workers,
-        timeout=datetime.timedelta(seconds=cfg.timeout),
+        timeout=datetime.timedelta(seconds=cfg.exchange.timeout),
     )
     try:
         summary = train_worker(cfg, resume)
@@ -506,7 +508,7 @@ def launch(
         cfg.dataset, cfg.data_dir, synthetic_shape=models.default_input_shape(cfg.model),
         synthetic_classes=10, synthetic_size=1,
     )  # fmt: skip
-    if cfg.kernels in ("auto", "numba"):
+    if cfg.exchange.kernels in ("auto", "numba"):
         kernels.warm_up()  # compile once here, not in every worker
     if nnodes == 1 and rdzv_endpoint is None:
         with tempfile.TemporaryDirectory() as folder:
@@ -543,7 +545,7 @@ def _torchrun_worker(config_file: str) -> None:
     restarted = restarted and checkpoints.latest(Path(cfg.out)) is not None
     local = int(os.environ.get("LOCAL_WORLD_SIZE", cfg.workers))
     torch.set_num_threads(_threads(cfg, local))
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=cfg.timeout))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=cfg.exchange.timeout))
     try:
         train_worker(cfg, None if restarted else saved["resume"])
     finally:

@@ -29,6 +29,7 @@ from terngrad.wire.pack import (
     unpack_nbit,
     word_layout,
 )
+from terngrad.wire.sums import codes_codec, codes_frame_nbytes, codes_header
 
 __all__ = [
     "BLOCK_WORDS",
@@ -36,6 +37,9 @@ __all__ = [
     "Codec",
     "FrameHeader",
     "base_nbytes",
+    "codes_codec",
+    "codes_frame_nbytes",
+    "codes_header",
     "frame_nbytes",
     "header_nbytes",
     "nbit_nbytes",

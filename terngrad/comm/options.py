@@ -1,0 +1,155 @@
+"""The exchange's options: one frozen object, checked once where it is made.
+
+Every way in — :func:`terngrad.ddp.register`, :class:`terngrad.ddp.State`, the custom-loop
+:class:`~terngrad.comm.Synchronizer`, ``terngrad train`` (whose ``TrainConfig`` embeds one) —
+builds an :class:`Options`, and each option has the same name from the command line down to the
+hook (``--quantize-last`` is ``quantize_last``, ``--min-numel`` is ``min_numel``, ...).
+
+>>> opts = Options.of("terngrad", "sharded", clip=2.0, error_feedback=True)
+>>> opts.quantizer_options
+{'clip': 2.0}
+>>> Options().diff(opts)
+['error_feedback=True instead of False', 'quantizer_options.clip=2.0 instead of None']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from terngrad import quantize
+from terngrad.comm.exchange import AGGREGATES, TOPOLOGIES
+from terngrad.kernels import KERNELS
+from terngrad.quantize import Quantizer, SymmetricGrid
+from terngrad.util.differences import differences
+
+#: tensors with fewer elements stay in full precision by default
+MIN_NUMEL = 1024
+POLICIES = ("quantize", "auto")
+#: the longest wait a collective may be given (a year): past it, timeouts overflow
+MAX_TIMEOUT = 365 * 24 * 3600.0
+
+
+def _fail(message: str) -> None:
+    raise ValueError(message)
+
+
+def _one_of(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        _fail(f"unknown {name} {value!r}; choose one of: {', '.join(choices)}")
+
+
+@dataclass(frozen=True)
+class Options:
+    """How gradients are exchanged.
+
+    * ``quantizer``, ``quantizer_options``: a name from ``quantize.names()`` and its options
+      (``clip``, ``bucket_size``, ``levels``, ``packing``, ...);
+    * ``topology``: ``sharded`` (all-to-all + all-gather), ``ps`` (rank 0 aggregates) or
+      ``allgather``;
+    * ``kernels``: ``auto`` (fused numba kernels for CPU tensors, Triton for CUDA, else the
+      torch reference), ``numba``, ``triton`` or ``torch``; backends give the same bytes;
+    * ``policy``: ``quantize`` every parameter not kept in full precision, or ``auto``: per DDP
+      bucket, only where the measured link and codec predict a faster exchange
+      (:mod:`terngrad.comm.policy`; shared-grid quantizers only);
+    * ``error_feedback``: worker-side residuals (:mod:`terngrad.comm.memory`);
+    * ``quantize_last``: quantize the last layer too (by default it stays in full precision);
+    * ``min_numel``: tensors with fewer elements stay in full precision;
+    * ``aggregate``: how aggregates off the shared grid travel on, ``requantize`` (with
+      server-side error feedback) or ``fp16``;
+    * ``seed``: every random draw of the exchange derives from it
+      (:func:`~terngrad.kernels.stream_seed`);
+    * ``timeout``: seconds a collective of the exchange waits before failing with
+      :class:`~terngrad.comm.CollectiveFailed` (``None``: the default group's).
+    """
+
+    quantizer: str = "terngrad"
+    quantizer_options: dict[str, Any] = field(default_factory=dict)
+    topology: str = "sharded"
+    kernels: str = "auto"
+    policy: str = "quantize"
+    error_feedback: bool = False
+    quantize_last: bool = False
+    min_numel: int = MIN_NUMEL
+    aggregate: str = "requantize"
+    seed: int = 0
+    timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.quantizer, str):
+            _fail(f"quantizer must be a name from quantize.names(), got {self.quantizer!r}")
+        _one_of("quantizer", self.quantizer, tuple(quantize.names()))
+        if not isinstance(self.quantizer_options, dict):
+            _fail(f"quantizer_options must be a dict, got {self.quantizer_options!r}")
+        object.__setattr__(self, "quantizer_options", dict(self.quantizer_options))
+        q = self.make_quantizer()  # raises for an unknown or bad option
+        _one_of("topology", self.topology, TOPOLOGIES)
+        _one_of("kernels", self.kernels, KERNELS)
+        _one_of("policy", self.policy, POLICIES)
+        _one_of("aggregate", self.aggregate, AGGREGATES)
+        if self.policy == "auto" and not isinstance(q, SymmetricGrid):
+            _fail(
+                "policy 'auto' predicts the exchange of the shared-grid quantizers (terngrad, "
+                f"qsgd); {self.quantizer} has no such model: use policy 'quantize'"
+            )
+        for name in ("error_feedback", "quantize_last"):
+            if not isinstance(getattr(self, name), bool):
+                _fail(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if not _is_int(self.min_numel) or self.min_numel < 0:
+            _fail(f"min_numel must be a non-negative integer, got {self.min_numel!r}")
+        if not _is_int(self.seed) or not 0 <= self.seed < 2**63:
+            _fail(f"seed must be an integer from 0 to 2**63 - 1, got {self.seed!r}")
+        t = self.timeout
+        if t is not None and not (
+            isinstance(t, int | float) and not isinstance(t, bool) and 0 < t <= MAX_TIMEOUT
+        ):
+            _fail(
+                "timeout must be a positive number of seconds, at most "
+                f"{MAX_TIMEOUT:.0f} (a year), or None; got {t!r}"
+            )
+
+    @classmethod
+    def of(
+        cls, quantizer: str | Quantizer = "terngrad", topology: str = "sharded", **settings: Any
+    ) -> Options:
+        """Options from the flat keywords that :func:`terngrad.ddp.register` takes: the fields
+        by name, every other keyword a quantizer option (``clip=2.0``). ``quantizer`` may be a
+        :class:`~terngrad.quantize.Quantizer`: its name and options are taken."""
+        if "exclude_last" in settings:  # the name before 0.2
+            warnings.warn(
+                "exclude_last is deprecated: use quantize_last (= not exclude_last)",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            settings["quantize_last"] = not settings.pop("exclude_last")
+        names = {f.name for f in dataclasses.fields(cls)}
+        chosen = {k: v for k, v in settings.items() if k in names}
+        extra = {k: v for k, v in settings.items() if k not in names}
+        q_options = {**chosen.pop("quantizer_options", {}), **extra}
+        if isinstance(quantizer, Quantizer):
+            if q_options:
+                _fail("pass quantizer options to quantize.get, not with a quantizer instance")
+            quantizer, q_options = quantizer.name, quantizer.options
+        return cls(quantizer=quantizer, quantizer_options=q_options, topology=topology, **chosen)
+
+    def make_quantizer(self) -> Quantizer:
+        """The quantizer these options name: ``quantize.get(quantizer, **quantizer_options)``."""
+        return quantize.get(self.quantizer, **self.quantizer_options)
+
+    def replace(self, **changes: Any) -> Options:
+        """A copy with ``changes``, checked like a new one."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable fields; ``Options(**d)`` makes the same options again."""
+        return {**dataclasses.asdict(self), "quantizer_options": dict(self.quantizer_options)}
+
+    def diff(self, other: Options, ignore: tuple[str, ...] = ()) -> list[str]:
+        """How ``other`` differs from these options: ``name=<other> instead of <self>``."""
+        return differences(self.to_dict(), other.to_dict(), ignore)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,265 @@
+"""One rank's exchange of a model's gradients, bucket by bucket: the quantized parameters
+through :mod:`terngrad.comm.exchange` (with worker-side error feedback), the full-precision ones
+by all-reduce; step counters, skipped steps, and the state a checkpoint keeps.
+
+The DDP hook (:mod:`terngrad.comm.hook`) and the custom-loop
+:class:`~terngrad.comm.Synchronizer` both run on a :class:`Reducer`. Full precision keeps the
+parameters' dtype (:mod:`terngrad.comm.full_precision`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from terngrad.comm import full_precision
+from terngrad.comm.agreement import check_same_config, check_saved_config, exchange_config
+from terngrad.comm.exchange import make_exchange
+from terngrad.comm.full_precision import Deferred
+from terngrad.comm.link import Link
+from terngrad.comm.memory import ErrorFeedback
+from terngrad.comm.options import Options
+from terngrad.comm.plans import BucketPlan, Planner, gather, scatter
+from terngrad.comm.policy import Decision, Estimate, agree, decide, measure
+from terngrad.comm.stats import Counters, Stats, Timing
+from terngrad.kernels import Streams, resolve, stream_seed
+from terngrad.quantize import Layout
+
+STATE_FORMAT = 1
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """The seed of rank ``rank``'s generator: ``seed * 1_000_003 + rank`` (mod 2**63)."""
+    return (seed * 1_000_003 + rank) % 2**63
+
+
+class Reducer:
+    """The exchange of ``params`` (name, parameter; those that require gradients) of one rank,
+    configured by ``options``; ``last_layer``: the names ``quantize_last=False`` keeps in full
+    precision. Needs ``torch.distributed`` initialised: it makes its own process group
+    (``group``: use this one instead) and checks that every rank configured it alike (a
+    collective). ``estimate``: the link and codec speeds ``policy="auto"`` decides from,
+    instead of measuring them."""
+
+    def __init__(
+        self,
+        options: Options,
+        params: Sequence[tuple[str, torch.Tensor]],
+        last_layer: set[str],
+        *,
+        estimate: Estimate | None = None,
+        group: dist.ProcessGroup | None = None,
+    ) -> None:
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError(
+                "terngrad needs torch.distributed initialised: call "
+                "torch.distributed.init_process_group(...) first (torchrun sets its environment)"
+            )
+        params = [(name, p) for name, p in params if p.requires_grad]
+        if not params:
+            raise ValueError("the model has no parameters that require gradients")
+        self.options = options
+        self.quantizer = options.make_quantizer()
+        device = params[0][1].device
+        self.kernels = resolve(options.kernels, device)
+        self.timeout = options.timeout if group is None else None  # a given group keeps its own
+        if group is None:
+            wait = None if options.timeout is None else datetime.timedelta(seconds=options.timeout)
+            group = dist.new_group(backend=dist.get_backend(), timeout=wait)
+        self.link = Link(group)
+        self.exchange = make_exchange(
+            options.topology, self.quantizer, self.link, options.aggregate, self.kernels
+        )
+        self.memory = ErrorFeedback() if options.error_feedback else None
+        self.generator = torch.Generator(device=device).manual_seed(
+            rank_seed(options.seed, self.link.rank)
+        )
+        excluded = {
+            name
+            for name, p in params
+            if (not options.quantize_last and name in last_layer) or p.numel() < options.min_numel
+        }
+        self.config = exchange_config(
+            options, self.quantizer, self.kernels, excluded, self.link.size, params
+        )
+        check_same_config(self.link, self.config)
+        #: auto policy: the measurements every rank agreed on, and the choice per bucket
+        self.estimate: Estimate | None = None
+        self.decisions: dict[tuple[str, ...], Decision] = {}
+        if options.policy == "auto":
+            self.estimate = (
+                agree(estimate, group, device)
+                if estimate is not None
+                else measure(group, self.kernels, self.quantizer, device)
+            )
+        keep = self._keep_full_precision if options.policy == "auto" else None
+        self.planner = Planner(params, excluded, self.quantizer.bucket_size, keep)
+        self.counters = Counters(self.link.counter)
+        self._step_skipped = False
+        #: whether the last finished step had a non-finite gradient on some rank (then it
+        #: was zeroed on every rank: skip ``optimizer.step()``)
+        self.last_step_skipped = False
+
+    @property
+    def excluded(self) -> set[str]:
+        """The parameters kept in full precision."""
+        return self.planner.excluded
+
+    @property
+    def step_skipped(self) -> bool:
+        """Some bucket of the step in progress found a non-finite gradient."""
+        return self._step_skipped
+
+    @property
+    def stats(self) -> Stats:
+        return self.counters.stats()
+
+    @property
+    def timing(self) -> Timing:
+        """Seconds spent in the exchanges, and how much of it in collectives."""
+        return self.counters.timing()
+
+    # --- a step
+
+    def reduce_bucket(
+        self, buffer: torch.Tensor, params: Sequence[torch.Tensor], deferred: Deferred | None = None
+    ) -> bool:
+        """Average ``buffer`` (the flat gradients of ``params``, in order) over all ranks, in
+        place: its quantized parameters now; its full-precision ones now too, or, given a
+        ``deferred`` list, appended to it for :meth:`reduce_deferred` at the step's end.
+        Returns True if some rank's gradient was not finite: then the buffer is zeroed."""
+        start = time.perf_counter()
+        try:
+            return self._reduce_bucket(buffer, self.planner.plan(params), deferred)
+        finally:
+            self.counters.exchange_seconds += time.perf_counter() - start
+
+    def _reduce_bucket(self, buffer: torch.Tensor, plan: BucketPlan, deferred) -> bool:
+        skipped = False
+        now = bool(plan.excluded) and (deferred is None or plan.full_precision)
+        if now:
+            exact = full_precision.mean(self.link, gather(buffer, plan.excluded))
+            skipped = not bool(torch.isfinite(exact).all())
+        if plan.layout.numel and not skipped:
+            flat = buffer if plan.whole else gather(buffer, plan.quantized)
+            flat = flat.to(torch.float32)
+            if self.memory is not None:
+                flat = self.memory.compensate(plan.names, plan.sizes, flat)
+            direct = plan.whole and buffer.dtype == torch.float32  # decode into the bucket
+            result = self.exchange.reduce(
+                flat,
+                plan.layout,
+                self._draws(plan),
+                self.generator,
+                key=plan.names,
+                out=buffer if direct else None,
+                own=self.memory is not None,
+            )
+            if result.mean is None:
+                skipped = True
+            else:
+                if self.memory is not None:
+                    self.memory.update(plan.names, plan.sizes, flat, result.own)
+                if plan.whole and not direct:
+                    buffer.copy_(result.mean)
+                elif not plan.whole:
+                    scatter(buffer, plan.quantized, result.mean)
+        if skipped:
+            buffer.zero_()
+        elif now:
+            scatter(buffer, plan.excluded, exact)
+        elif plan.excluded:
+            deferred.append((buffer, plan))
+        self._step_skipped |= skipped
+        return skipped
+
+    def reduce_deferred(self, deferred: Deferred) -> bool:
+        """The full-precision tensors the step's buckets deferred, averaged in one all-reduce
+        per dtype (:func:`~terngrad.comm.full_precision.reduce_deferred`). Returns True if
+        some rank's values were not finite."""
+        start = time.perf_counter()
+        try:
+            skipped = full_precision.reduce_deferred(self.link, deferred)
+        finally:
+            self.counters.exchange_seconds += time.perf_counter() - start
+        self._step_skipped |= skipped
+        return skipped
+
+    def finish_step(self) -> None:
+        """Close the step: counters, error feedback (kept, or dropped for a skipped step)."""
+        skipped, self._step_skipped = self._step_skipped, False
+        self.counters.close_step(skipped)
+        self.last_step_skipped = skipped
+        if self.memory is not None and skipped:
+            self.memory.discard()  # a skipped step leaves the residuals as they were
+        elif self.memory is not None:
+            self.memory.commit()
+        if skipped:
+            warnings.warn(
+                f"terngrad: step {self.counters.steps} had a NaN or Inf gradient on some rank; "
+                "its gradient was zeroed on every rank (check state.last_step_skipped before "
+                "optimizer.step())",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+    def abandon_step(self) -> None:
+        """A step failed part way (a collective failed): forget what it staged."""
+        self._step_skipped = False
+        if self.memory is not None:
+            self.memory.discard()
+
+    def _draws(self, plan: BucketPlan) -> Streams | None:
+        """This step's random streams for the quantized parameters of ``plan``: parameter p of
+        rank r at step t draws from ``stream_seed(seed, r, t, p)``; ``None`` for deterministic
+        quantizers."""
+        if not self.quantizer.stochastic:
+            return None
+        rank, step, seed = self.link.rank, self.counters.steps, self.options.seed
+        return Streams(tuple(stream_seed(seed, rank, step, i) for i in plan.indices))
+
+    def _keep_full_precision(self, names: tuple[str, ...], layout: Layout) -> bool:
+        """The auto policy's choice for a bucket, recorded in :attr:`decisions`."""
+        assert self.estimate is not None
+        decision = decide(
+            self.estimate, self.options.topology, layout, self.link.size, self.quantizer.m
+        )
+        self.decisions[names] = decision
+        return not decision.quantize
+
+    # --- checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's state: RNG, error-feedback residuals, counters (save one per rank)."""
+        return {
+            "format": STATE_FORMAT,
+            "config": self.config,
+            "rank": self.link.rank,
+            "generator": self.generator.get_state(),
+            "residuals": self.memory.state_dict() if self.memory else {},
+            "server_residuals": {k: v.clone() for k, v in self.exchange.server_residuals.items()},
+            "counters": self.counters.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` of the same rank and configuration."""
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            raise ValueError("not a terngrad hook state (or one of another format version)")
+        check_saved_config(self.config, state["config"])
+        if state["rank"] != self.link.rank:
+            raise ValueError(
+                f"this hook state belongs to rank {state['rank']}, not rank {self.link.rank}"
+            )
+        self.generator.set_state(state["generator"])
+        if self.memory is not None:
+            self.memory.load_state_dict(state["residuals"])
+        self.exchange.server_residuals = {
+            k: v.clone() for k, v in state["server_residuals"].items()
+        }
+        self.counters.load_state_dict(state["counters"])

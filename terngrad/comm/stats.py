@@ -1,0 +1,88 @@
+"""What one rank's exchanges did: bytes, steps, skipped steps, and where the time went."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from terngrad.comm.link import ByteCounter
+
+
+@dataclass(frozen=True)
+class Stats:
+    """What one rank's exchanges did: bytes as handed to the collectives (see
+    :mod:`terngrad.comm.link` for how each collective is counted), steps, skipped steps."""
+
+    steps: int
+    skipped_steps: int
+    bytes_sent: int
+    bytes_received: int
+    last_step_bytes_sent: int
+    last_step_bytes_received: int
+
+    @property
+    def bytes_sent_per_step(self) -> float:
+        return self.bytes_sent / self.steps if self.steps else 0.0
+
+    @property
+    def bytes_received_per_step(self) -> float:
+        return self.bytes_received / self.steps if self.steps else 0.0
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Where one rank's exchange time went (wall clock, all steps so far): ``exchange_seconds``
+    in the hook's work on buckets, ``collective_seconds`` of it inside collectives (waiting for
+    the network and the other ranks), the rest — ``codec_seconds`` — encoding and decoding."""
+
+    exchange_seconds: float
+    collective_seconds: float
+
+    @property
+    def codec_seconds(self) -> float:
+        return max(self.exchange_seconds - self.collective_seconds, 0.0)
+
+
+class Counters:
+    """Steps, skipped steps and the bytes of the last step, over a link's :class:`ByteCounter`."""
+
+    def __init__(self, bytes: ByteCounter) -> None:
+        self.bytes = bytes
+        self.steps = self.skipped_steps = 0
+        self.exchange_seconds = 0.0
+        self._step_start = (0, 0)
+        self._last_step = (0, 0)
+
+    def close_step(self, skipped: bool) -> None:
+        """A step is over: count it, and the bytes it moved."""
+        c = self.bytes
+        self._last_step = (c.sent - self._step_start[0], c.received - self._step_start[1])
+        self._step_start = (c.sent, c.received)
+        self.steps += 1
+        self.skipped_steps += skipped
+
+    def stats(self) -> Stats:
+        return Stats(
+            steps=self.steps,
+            skipped_steps=self.skipped_steps,
+            bytes_sent=self.bytes.sent,
+            bytes_received=self.bytes.received,
+            last_step_bytes_sent=self._last_step[0],
+            last_step_bytes_received=self._last_step[1],
+        )
+
+    def timing(self) -> Timing:
+        return Timing(self.exchange_seconds, self.bytes.seconds)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "skipped_steps": self.skipped_steps,
+            "bytes_sent": self.bytes.sent,
+            "bytes_received": self.bytes.received,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.steps, self.skipped_steps = state["steps"], state["skipped_steps"]
+        self.bytes.sent, self.bytes.received = state["bytes_sent"], state["bytes_received"]
+        self._step_start = (self.bytes.sent, self.bytes.received)

@@ -1,0 +1,162 @@
+"""The fused CPU backend: each of the exchange's operations in one parallel pass over CPU
+tensors, through the numba kernels of :mod:`terngrad.kernels.cpu`.
+
+numba is imported when a :class:`NumbaKernels` is made, not when this module is.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+
+import numpy as np
+import torch
+
+from terngrad.kernels.backend import (
+    GridInput,
+    Kernels,
+    _check_draws,
+    _check_payload,
+    _check_range,
+    _moments,
+)
+from terngrad.kernels.random import Streams
+from terngrad.wire import BLOCK_WORDS, Codec, word_layout
+
+_TARGET_CHUNK = 32768  # elements per parallel task: a few hundred KB of scratch, in L2
+
+
+def _codec_args(codec: Codec) -> tuple[int, int, int, int]:
+    """``(kind, param, k, w)`` for the kernels: kind 0 base-B (k digits per w-byte word),
+    1 n-bit stream."""
+    from terngrad.kernels import cpu
+
+    base = _word_base(codec)
+    if base is not None:
+        return (cpu.BASE, base, *word_layout(base))
+    if codec.kind == "nbit":
+        return cpu.NBIT, codec.param, 0, 0
+    raise ValueError(f"the fused kernels pack digits, not {codec} floats")
+
+
+def _word_base(codec: Codec) -> int | None:
+    """The base of a codec packed in planar words (an n-bit codec whose digits fill whole
+    bytes is base 2**bits), or ``None``."""
+    if codec.kind == "base":
+        return codec.param
+    if codec.kind == "nbit" and 8 % codec.param == 0:
+        return 1 << codec.param
+    return None
+
+
+def _chunk(*codecs: Codec) -> int:
+    """Elements per task: a multiple of every codec's planar block (8 digits for a bit
+    stream), so that every task starts at a block."""
+    unit = 1
+    for codec in codecs:
+        base = _word_base(codec)
+        unit = math.lcm(unit, BLOCK_WORDS * word_layout(base)[0] if base else 8)
+    return unit * max(1, _TARGET_CHUNK // unit)
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().contiguous().numpy()
+
+
+_launch = threading.Lock()
+
+
+class NumbaKernels(Kernels):
+    """Fused CPU kernels (numba), parallel over chunks with as many threads as torch uses.
+
+    Numba's thread pool is its ``workqueue`` layer unless ``NUMBA_THREADING_LAYER`` says
+    otherwise: the OpenMP layer's threads spin while they wait, and with one training process
+    per core that spinning took the cores from the other processes (measured: LeNet with 4
+    workers on 2 cores ran 4.5x slower). Launches are serialised by a lock, as the workqueue
+    layer must not be entered from two threads at once.
+    """
+
+    name = "numba"
+
+    def __init__(self) -> None:
+        import numba  # ImportError here when numba is missing
+
+        if "NUMBA_THREADING_LAYER" not in os.environ:
+            numba.config.THREADING_LAYER = "workqueue"
+        from terngrad.kernels import cpu
+
+        self._cpu = cpu
+
+    @staticmethod
+    def _run(kernel, *args):
+        """``kernel(*args)`` on as many threads as torch uses, one launch at a time."""
+        import numba
+
+        with _launch:
+            numba.set_num_threads(
+                max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+            )
+            return kernel(*args)
+
+    def grid_prepare(self, q, flat, layout):
+        x = _np(flat)
+        starts = _np(layout.bucket_starts)
+        raw = torch.from_numpy(
+            self._run(self._cpu.bucket_moments, x, x.view(np.int32), starts, 1 << 16)
+        )
+        shift = torch.from_numpy(x[starts[:-1]]).double()
+        moments = _moments(raw[:, 0], raw[:, 1], raw[:, 2], raw[:, 3], raw[:, 4], shift)
+        bound = q.clip_bound(moments)
+        return GridInput(q, flat, layout, bound, q.scale_from_moments(moments, bound))
+
+    def grid_pack(self, grid, shared, draws, lo, hi, codec, out):
+        _check_range(lo, hi - lo, grid.layout, shared)
+        _check_draws(draws, grid.layout)
+        _check_payload(out, codec, hi - lo)
+        layout = grid.layout
+        bound = np.full(layout.n_buckets, np.inf, np.float32)
+        if grid.bound is not None:  # a bucket whose bound is 0 (sigma = 0) is not clipped
+            bound = np.where(_np(grid.bound) > 0, _np(grid.bound), bound)
+        if isinstance(draws, Streams):
+            keys, uniform = draws.key_array(), np.empty(0, np.float32)
+        else:
+            keys, uniform = np.zeros(len(layout.segments), np.uint64), _np(draws.reshape(-1))
+        self._run(
+            self._cpu.grid_pack,
+            _np(grid.flat), lo, hi, _np(layout.bucket_starts), bound, _np(shared),
+            grid.quantizer.m, _np(layout.segment_starts), keys, uniform,
+            *_codec_args(codec), _chunk(codec), out.numpy(),
+        )  # fmt: skip
+
+    def sum_packed(self, payloads, numel, codec, out_codec, out):
+        for p in payloads:
+            _check_payload(p, codec, numel)
+        _check_payload(out, out_codec, numel)
+        rows = np.stack([_np(p) for p in payloads]) if payloads else np.empty((0, 0), np.uint8)
+        ok = self._run(
+            self._cpu.sum_packed, rows, numel, *_codec_args(codec), *_codec_args(out_codec),
+            _chunk(codec, out_codec), out.numpy(),
+        )  # fmt: skip
+        if not ok:
+            raise ValueError(f"{codec} payload holds an invalid word or padding (corrupted data)")
+
+    def decode_into(self, out, payload, codec, offset, divisor, lo, layout, scales):
+        _check_range(lo, out.numel(), layout, scales)
+        _check_payload(payload, codec, out.numel())
+        ok = self._run(
+            self._cpu.decode_packed, _np(payload), out.numel(), *_codec_args(codec), offset,
+            np.float32(divisor), lo, _np(layout.bucket_starts), _np(scales.to(torch.float32)),
+            _chunk(codec), out.numpy(),
+        )  # fmt: skip
+        if not ok:
+            raise ValueError(f"{codec} payload holds an invalid word or padding (corrupted data)")
+
+    def uniform(self, streams, layout, device="cpu"):
+        _check_draws(streams, layout)
+        out = np.empty(layout.numel, np.float32)
+        self._run(
+            self._cpu.uniform_into, _np(layout.segment_starts), streams.key_array(), _TARGET_CHUNK,
+            out,
+        )  # fmt: skip
+        return torch.from_numpy(out)
