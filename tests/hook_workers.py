@@ -64,14 +64,44 @@ def second_registration(rank: int, world: int) -> dict:
     made = []
     original = dist.new_group
     dist.new_group = lambda *a, **k: made.append(1) or original(*a, **k)
+    errors = []
+    builtin = nn.parallel.DistributedDataParallel(_mlp())
+    builtin._register_builtin_comm_hook(dist.BuiltinCommHookType.FP16_COMPRESS)
     try:
-        terngrad.ddp.register(ddp, quantizer="qsgd")
-        error = "no error"
-    except RuntimeError as exc:
-        error = str(exc)
+        for model in (ddp, builtin):
+            try:
+                terngrad.ddp.register(model, quantizer="qsgd")
+                errors.append("no error")
+            except RuntimeError as exc:
+                errors.append(str(exc))
     finally:
         dist.new_group = original
-    return {"error": error, "groups_made": len(made)}
+    return {"errors": errors, "groups_made": len(made)}
+
+
+def failed_first_use(rank: int, world: int) -> dict:
+    """A State whose first use fails (a saved state of another configuration) fails the same
+    way at every later use, without making its process group again."""
+    source = terngrad.ddp.register(nn.parallel.DistributedDataParallel(_mlp()), quantizer="qsgd")
+    saved = source.state_dict()
+    made = []
+    original = dist.new_group
+    dist.new_group = lambda *a, **k: made.append(1) or original(*a, **k)
+    state = terngrad.ddp.State()
+    state.load_state_dict(saved)
+    ddp = nn.parallel.DistributedDataParallel(_mlp())
+    ddp.register_comm_hook(state, terngrad.ddp.hook)
+    errors = []
+    try:
+        for _ in range(2):
+            try:
+                ddp(torch.randn(4, 32)).square().mean().backward()
+                errors.append("no error")
+            except Exception as exc:
+                errors.append(str(exc))
+    finally:
+        dist.new_group = original
+    return {"errors": errors, "groups_made": len(made)}
 
 
 def full_precision_dtypes(rank: int, world: int) -> dict:

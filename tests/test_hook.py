@@ -28,8 +28,17 @@ def test_an_unbound_pair_trains_like_register():
 
 def test_a_second_registration_is_refused_before_anything_is_built():
     for r in run(w.second_registration, 2):
-        assert "already has a communication hook (hook)" in r["error"]
+        assert "already has a communication hook (hook)" in r["errors"][0]
+        assert "(BuiltinCommHookType.FP16_COMPRESS)" in r["errors"][1]  # a C++ hook too
         assert r["groups_made"] == 0
+
+
+def test_a_failed_first_use_fails_again_without_building_twice():
+    for r in run(w.failed_first_use, 2):
+        first, second = r["errors"]
+        assert "saved with another configuration" in first
+        assert second != "no error"  # (DDP itself may fail first: its reducer saw the error)
+        assert r["groups_made"] == 1  # the state was not built a second time
 
 
 def test_full_precision_keeps_the_parameters_dtype():
@@ -125,7 +134,7 @@ def test_options_say_how_they_differ():
         ({"min_numel": -1}, "min_numel must be a non-negative integer"),
         ({"min_numel": 1.5}, "min_numel"),
         ({"seed": 2**63}, "seed must be an integer"),
-        ({"seed": -1}, "seed"),
+        ({"seed": -(2**63) - 1}, "seed"),
         ({"timeout": 0}, "timeout must be a positive number"),
         ({"timeout": float("inf")}, "timeout"),
         ({"timeout": float("nan")}, "timeout"),

@@ -70,8 +70,12 @@ def test_plain_ddp_example_runs():
 # --------------------------------------------------------------------------- loud failures
 
 
-def _trainer(model, world_size=2, **strategy):
-    return SimpleNamespace(strategy=SimpleNamespace(model=model, **strategy), world_size=world_size)
+def _trainer(model, world_size=2, scaler=None, **strategy):
+    return SimpleNamespace(
+        strategy=SimpleNamespace(model=model, **strategy),
+        world_size=world_size,
+        precision_plugin=SimpleNamespace(scaler=scaler),
+    )
 
 
 def test_lightning_callback_refuses_a_strategy_without_ddp():
@@ -83,6 +87,11 @@ def test_lightning_callback_refuses_a_strategy_without_ddp():
         TernGradCallback().on_fit_start(_trainer(nn.Linear(2, 2), world_size=1), None)
     with pytest.raises(ValueError, match="not both"):
         TernGradCallback("qsgd", state=terngrad.ddp.State())
+    own = terngrad.ddp.State()
+    with pytest.raises(ValueError, match="in one place only"):
+        TernGradCallback("qsgd").on_fit_start(_trainer(nn.Linear(2, 2), _ddp_comm_state=own), None)
+    with pytest.raises(RuntimeError, match="GradScaler"):
+        TernGradCallback().on_fit_start(_trainer(nn.Linear(2, 2), scaler=object()), None)
 
 
 def test_lightning_callback_drops_the_gradients_of_a_skipped_step():

@@ -91,6 +91,7 @@ class State:
         self._waiting: list[tuple[torch.Tensor, torch.futures.Future]] = []
         self._deferred: Deferred = []
         self._failed: BaseException | None = None
+        self._broken: BaseException | None = None  # the first use failed: every later one too
         self._used = [False]
         weakref.finalize(self, _warn_if_unused, self._used)
         if model is not None:
@@ -117,16 +118,22 @@ class State:
         """Make the exchange now (a collective on every rank; :func:`register` calls it, the
         hook at its first bucket otherwise)."""
         self._used[0] = True  # wired in: from here on, a failure is loud, not silent
+        if self._broken is not None:  # never build twice: the ranks would fall out of step
+            raise self._broken
         if self.reducer is None:
-            if self._params is None:
-                self.bind(_registered_model(self))
-            assert self._params is not None
-            reducer = Reducer(
-                self.options, self._params, self._last_layer,
-                estimate=self._estimate, group=self._group,
-            )  # fmt: skip
-            if self._pending is not None:
-                reducer.load_state_dict(self._pending)
+            try:
+                if self._params is None:
+                    self.bind(_registered_model(self))
+                assert self._params is not None
+                reducer = Reducer(
+                    self.options, self._params, self._last_layer,
+                    estimate=self._estimate, group=self._group,
+                )  # fmt: skip
+                if self._pending is not None:
+                    reducer.load_state_dict(self._pending)
+            except BaseException as exc:
+                self._broken = exc
+                raise
             self.reducer, self._pending = reducer, None
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="terngrad")
         return self.reducer
@@ -190,6 +197,7 @@ class State:
         reducer = self.reducer
         assert reducer is not None
         self._waiting.append((buffer, future))
+        done: list[tuple[torch.Tensor, torch.futures.Future]] = []
         try:
             if self._failed is not None:
                 raise self._failed
@@ -197,19 +205,21 @@ class State:
             if not last:
                 return
             reducer.reduce_deferred(self._deferred)
-            skipped = reducer.step_skipped
-            waiting, self._waiting, self._deferred = self._waiting, [], []
-            if skipped:
-                for buf, _ in waiting:
+            done, self._waiting, self._deferred = self._waiting, [], []
+            if reducer.step_skipped:
+                for buf, _ in done:
                     buf.zero_()
-            reducer.finish_step()
-            for buf, fut in waiting:
-                fut.set_result(buf)
+            try:
+                reducer.finish_step()  # may warn, and a warning may be an error (-W error)
+            finally:
+                for buf, fut in done:
+                    fut.set_result(buf)
         except BaseException as exc:  # handed to DDP, which raises it in backward()
             self._failed = self._failed or explain(exc, reducer.link.rank, reducer.timeout)
             waiting, self._waiting = self._waiting, []
-            for _, fut in waiting:
-                fut.set_exception(self._failed)
+            for _, fut in waiting + done:
+                if not fut.done():
+                    fut.set_exception(self._failed)
             if last:  # the step is over: the next one starts clean
                 self._failed, self._deferred = None, []
                 reducer.abandon_step()
@@ -261,9 +271,10 @@ def check_registrable(ddp_model: nn.Module) -> None:
         )
     if getattr(ddp_model, "_use_python_reducer", False):
         raise RuntimeError(PYTHON_REDUCER)
-    hooks = getattr(ddp_model, "_comm_hooks", [])
-    if hooks:
-        names = ", ".join(getattr(h, "__qualname__", repr(h)) for h, _ in hooks)
+    hooks = [getattr(h, "__qualname__", repr(h)) for h, _ in getattr(ddp_model, "_comm_hooks", [])]
+    builtin = ddp_model._get_ddp_logging_data().get("comm_hook")  # C++ hooks are not listed
+    if hooks or builtin:
+        names = ", ".join(hooks or [str(builtin)])
         raise RuntimeError(
             f"this DDP model already has a communication hook ({names}); DDP takes one: make a "
             "new DistributedDataParallel to change it"
@@ -294,10 +305,12 @@ def register(
 
 def _registered_model(state: State) -> nn.Module:
     """The DDP model ``state`` was registered on (DDP keeps its ``(hook, state)`` pairs)."""
+    gc.collect()  # a dropped DDP wrapper that still holds the state must not count
     owners = [  # type(), not isinstance: that would ask proxies for their __class__
         obj
         for obj in gc.get_objects()
-        if issubclass(type(obj), DDP) and any(s is state for _, s in obj._comm_hooks)
+        if issubclass(type(obj), DDP)
+        and any(s is state for _, s in getattr(obj, "_comm_hooks", ()))
     ]
     if len(owners) != 1:
         raise RuntimeError(

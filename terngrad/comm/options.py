@@ -15,8 +15,11 @@ hook (``--quantize-last`` is ``quantize_last``, ``--min-numel`` is ``min_numel``
 from __future__ import annotations
 
 import dataclasses
+import sys
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from terngrad import quantize
@@ -66,7 +69,7 @@ class Options:
     """
 
     quantizer: str = "terngrad"
-    quantizer_options: dict[str, Any] = field(default_factory=dict)
+    quantizer_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
     topology: str = "sharded"
     kernels: str = "auto"
     policy: str = "quantize"
@@ -81,9 +84,12 @@ class Options:
         if not isinstance(self.quantizer, str):
             _fail(f"quantizer must be a name from quantize.names(), got {self.quantizer!r}")
         _one_of("quantizer", self.quantizer, tuple(quantize.names()))
-        if not isinstance(self.quantizer_options, dict):
+        if not isinstance(self.quantizer_options, Mapping):
             _fail(f"quantizer_options must be a dict, got {self.quantizer_options!r}")
-        object.__setattr__(self, "quantizer_options", dict(self.quantizer_options))
+        # read-only: the options were checked once, here
+        object.__setattr__(
+            self, "quantizer_options", MappingProxyType(dict(self.quantizer_options))
+        )
         q = self.make_quantizer()  # raises for an unknown or bad option
         _one_of("topology", self.topology, TOPOLOGIES)
         _one_of("kernels", self.kernels, KERNELS)
@@ -99,8 +105,8 @@ class Options:
                 _fail(f"{name} must be True or False, got {getattr(self, name)!r}")
         if not _is_int(self.min_numel) or self.min_numel < 0:
             _fail(f"min_numel must be a non-negative integer, got {self.min_numel!r}")
-        if not _is_int(self.seed) or not 0 <= self.seed < 2**63:
-            _fail(f"seed must be an integer from 0 to 2**63 - 1, got {self.seed!r}")
+        if not _is_int(self.seed) or not -(2**63) <= self.seed < 2**63:
+            _fail(f"seed must be an integer from -2**63 to 2**63 - 1, got {self.seed!r}")
         t = self.timeout
         if t is not None and not (
             isinstance(t, int | float) and not isinstance(t, bool) and 0 < t <= MAX_TIMEOUT
@@ -120,8 +126,8 @@ class Options:
         if "exclude_last" in settings:  # the name before 0.2
             warnings.warn(
                 "exclude_last is deprecated: use quantize_last (= not exclude_last)",
-                DeprecationWarning,
-                stacklevel=3,
+                FutureWarning,
+                stacklevel=_caller_level(),
             )
             settings["quantize_last"] = not settings.pop("exclude_last")
         names = {f.name for f in dataclasses.fields(cls)}
@@ -144,11 +150,28 @@ class Options:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable fields; ``Options(**d)`` makes the same options again."""
-        return {**dataclasses.asdict(self), "quantizer_options": dict(self.quantizer_options)}
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {**values, "quantizer_options": dict(self.quantizer_options)}
+
+    def __reduce__(self):  # pickled (spawned workers, all_gather_object) as its fields
+        return (_from_dict, (self.to_dict(),))
 
     def diff(self, other: Options, ignore: tuple[str, ...] = ()) -> list[str]:
         """How ``other`` differs from these options: ``name=<other> instead of <self>``."""
         return differences(self.to_dict(), other.to_dict(), ignore)
+
+
+def _from_dict(values: dict[str, Any]) -> Options:
+    return Options(**values)
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside the terngrad package (a warning names
+    the user's line, however deep in terngrad it is raised)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("terngrad"):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _is_int(value: Any) -> bool:

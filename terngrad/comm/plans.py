@@ -103,7 +103,8 @@ class Planner:
         sizes = tuple(n for (_, n), _, _ in quantized)
         layout = Layout.of(sum(sizes), sizes, self.bucket_size)
         names = tuple(name for _, _, name in quantized)
-        full = self.keep is not None and layout.numel > 0 and self.keep(names, layout)
+        keep = self.keep is not None and self.keep(names, layout)  # every bucket decided
+        full = keep and layout.numel > 0
         if full:  # the whole bucket in full precision, in one all-reduce
             excluded = sorted(excluded + [(span, i) for span, i, _ in quantized])
             quantized, sizes, names = [], (), ()

@@ -21,7 +21,7 @@ from torch import nn
 from terngrad.comm.options import Options
 from terngrad.comm.plans import last_layer_names
 from terngrad.comm.reducer import Reducer
-from terngrad.comm.stats import Stats
+from terngrad.comm.stats import Stats, Timing
 from terngrad.quantize import Quantizer
 
 
@@ -69,6 +69,10 @@ class Synchronizer:
     @property
     def stats(self) -> Stats:
         return self.reducer.stats
+
+    @property
+    def timing(self) -> Timing:
+        return self.reducer.timing
 
     def step(self) -> bool:
         """Average the gradients (a missing ``.grad`` counts as zeros). Returns True if some

@@ -39,6 +39,7 @@ def register(accelerator: Any, model: nn.Module, quantizer: str = "terngrad",
             "only its own DDPCommunicationHookType; leave comm_hook out and call "
             "terngrad.integrations.accelerate.register(accelerator, model) after prepare"
         )
+    model = getattr(model, "_orig_mod", model)  # torch.compile's wrapper around the DDP model
     if not isinstance(model, nn.parallel.DistributedDataParallel):
         raise TypeError(
             f"terngrad's hook goes on the DDP model accelerator.prepare returns; got "

@@ -51,10 +51,23 @@ class TernGradCallback(Callback):
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         strategy = trainer.strategy
         model = strategy.model
+        own = getattr(strategy, "_ddp_comm_state", None)
+        if isinstance(own, State) and own is not self.state:
+            if self.state is not None or self._options is not None:
+                raise ValueError(
+                    "terngrad: the strategy has a terngrad State (ddp_comm_state) and the "
+                    "callback was given settings too: give them in one place only"
+                )
+            self.state = own
         if self.state is None:
-            own = getattr(strategy, "_ddp_comm_state", None)
-            use_own = isinstance(own, State) and self._options is None
-            self.state = own if use_own else State(options=self._options or Options())
+            self.state = State(options=self._options or Options())
+        if getattr(trainer.precision_plugin, "scaler", None) is not None:
+            raise RuntimeError(
+                "terngrad: precision='16-mixed' scales the loss with a GradScaler, which lowers "
+                "its scale only when it sees an Inf gradient; terngrad zeroes a step whose "
+                "gradient is not finite on some rank, so the scaler would never see one. Use "
+                "precision='bf16-mixed' or 32 with terngrad"
+            )
         if not isinstance(model, nn.parallel.DistributedDataParallel):
             if trainer.world_size == 1:
                 warnings.warn(

@@ -96,8 +96,8 @@ class TrainConfig:
             fail(f"unknown dataset {self.dataset!r}; choose one of: {', '.join(datasets.names())}")
         if not isinstance(self.exchange, Options):
             fail(f"exchange must be a terngrad.ddp.Options, got {type(self.exchange).__name__}")
-        if self.exchange.timeout is None:
-            fail("a training run needs a timeout: every collective waits at most that long")
+        if self.exchange.timeout is None:  # a run's collectives always wait a bounded time
+            object.__setattr__(self, "exchange", self.exchange.replace(timeout=DEFAULT_TIMEOUT))
         if self.optimizer not in OPTIMIZERS:
             fail(f"unknown optimizer {self.optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
         if self.lr_schedule not in SCHEDULES:
@@ -133,7 +133,8 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable: the exchange's options nested under ``exchange``."""
-        return {**dataclasses.asdict(self), "exchange": self.exchange.to_dict()}
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {**values, "exchange": self.exchange.to_dict()}
 
     def settings(self) -> dict[str, Any]:
         """Every setting by its one name (the exchange's beside the run's: no name is both)."""
