@@ -5,8 +5,8 @@ Layers, bottom to top (no layer imports one above it): ``wire`` (bytes), ``quant
 math), then the distributed, training and benchmark layers built on them.
 """
 
-from terngrad import quantize, wire
+from terngrad import kernels, quantize, wire  # kernels: the fused encode/decode, installed
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "quantize", "wire"]
+__all__ = ["__version__", "kernels", "quantize", "wire"]

@@ -42,10 +42,14 @@ def bench_codec(args: argparse.Namespace) -> int:
     rows = []
     for numel in args.sizes:
         print(f"measuring {numel:,} elements ...", file=sys.stderr, flush=True)
-        rows += codec.measure(numel, args.repeats, args.workers, kernels=args.kernels)
+        rows += codec.measure(
+            numel, args.repeats, args.workers, kernels=args.kernels, quantizers=args.quantizers
+        )
+    print(f"on {codec.cpu_name()}, {torch.get_num_threads()} threads")
     print(codec.table(rows))
     if args.json:
-        atomic_write_text(Path(args.json), json.dumps(rows, indent=2) + "\n")
+        result = {"cpu": codec.cpu_name(), "threads": torch.get_num_threads(), "rows": rows}
+        atomic_write_text(Path(args.json), json.dumps(result, indent=2) + "\n")
         print(f"Written: {args.json}")
     return 0
 
@@ -467,14 +471,18 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=bench_quantizers)
     b = bench.add_parser("codec", help="encode/decode/owner-sum time against tensor.half()")
     b.add_argument(
-        "--sizes", type=_positive_int, nargs="+", default=[1_000_000, 25_000_000, 100_000_000],
-        help="tensor sizes (1000000 25000000 100000000)",
+        "--sizes", type=_positive_int, nargs="+", default=[1_000_000, 25_000_000],
+        help="tensor sizes (1000000 25000000)",
     )  # fmt: skip
     b.add_argument("--repeats", type=_positive_int, default=5, help="timed calls (median)")
     b.add_argument("--workers", type=_positive_int, default=4, help="N for the owner's sum")
     b.add_argument(
         "--kernels", nargs="+", choices=("numba", "torch"), default=["numba", "torch"],
         help="kernel backends to time (numba: fused; torch: the reference)",
+    )  # fmt: skip
+    b.add_argument(
+        "--quantizers", nargs="*", default=quantize.names(), metavar="NAME",
+        help="quantizers whose public encode/decode are timed (all; none: give the flag alone)",
     )  # fmt: skip
     b.add_argument("--json", help="also write the rows to this JSON file")
     b.set_defaults(func=bench_codec)

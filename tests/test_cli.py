@@ -58,8 +58,14 @@ def test_bench_codec_table_and_json(tmp_path, capsys):
         for op in ("encode", "decode", "owner sum, 4 workers"):
             assert f"{op} [{kernels}]" in text
     assert "half()" in text and "half() into buffer" in text and "clone()" in text
-    rows = json.loads(out.read_text())
-    assert len(rows) == 18 and {r["numel"] for r in rows} == {1000, 4001}
+    assert "x cast" in text and "on " in text.splitlines()[0]  # the yardstick; which CPU
+    for name in quantize.names():  # every quantizer's public encode and decode
+        assert f"{name} encode [public]" in text and f"{name} decode [public]" in text
+    result = json.loads(out.read_text())
+    rows = result["rows"]
+    assert result["cpu"] and result["threads"] >= 1
+    assert len(rows) == 2 * (9 + 2 * len(quantize.names()))
+    assert {r["numel"] for r in rows} == {1000, 4001}
     owner = next(r for r in rows if r["op"].startswith("owner") and r["numel"] == 4001)
     assert owner["input_numel"] == 1001  # the first of 4 shards of 4001 elements
     assert all(r["seconds"] > 0 for r in rows)

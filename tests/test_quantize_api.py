@@ -272,9 +272,12 @@ def test_message_nbytes_predicts_encode(name):
 
 @pytest.mark.parametrize("name", ["terngrad", "qsgd", "linear", "orq", "bingrad-pb"])
 def test_given_uniform_draws_replace_the_generator(name):
+    from terngrad.quantize.random import Streams
+
     q = quantize.get(name)
     g = torch.randn(3000, generator=_gen())
-    u = torch.rand(3000, generator=_gen(5))
+    # a generator keys one counter-based stream per segment (what the fused kernels draw)
+    u = Streams.from_generator(_gen(5), 1).uniform([3000])
     by_generator = q.encode(g, generator=_gen(5))
     by_uniform = q.encode(g, uniform=u)
     assert torch.equal(by_generator.payload, by_uniform.payload)
@@ -294,3 +297,61 @@ def test_stream_seeds_differ():
     seeds = {stream_seed(s, r, t, i) for s in (0, 1) for r in range(4) for t in range(50)
              for i in range(10)}  # fmt: skip
     assert len(seeds) == 2 * 4 * 50 * 10 and all(0 <= x < 2**63 for x in seeds)
+
+
+EXTREME = {
+    "qsgd-l2 full 1e38": ("qsgd", {"norm": "l2"}, torch.full((512,), 1e38)),
+    "signsgd full 1e34": ("signsgd", {}, torch.full((1 << 20,), 1e34)),
+    "linear +-3e38": ("linear", {}, torch.tensor([-3e38, 0.0, 3e38])),
+}
+
+
+@pytest.mark.parametrize("case", list(EXTREME))
+def test_the_issue_reproducers_decode_to_finite_values(case):
+    name, options, g = EXTREME[case]
+    q = quantize.get(name, **options)
+    out = q.decode(q.encode(g, generator=_gen(0)))
+    assert bool(torch.isfinite(out).all())
+    if name == "qsgd":  # unbiased: 512 draws of 0 or FLOAT32_MAX / 2 average to 1e38
+        assert abs(float(out.double().mean()) - 1e38) < 0.2e38  # 5 standard errors
+    else:  # deterministic levels inside the range: the values themselves
+        assert torch.equal(out, g)
+
+
+@pytest.mark.parametrize("name", quantize.names())
+@pytest.mark.parametrize(
+    "values",
+    [[3.4e38, -3.4e38, 1.0, -2e38, 5e37], [torch.finfo(torch.float32).max] * 3, [1e-45, -1e-45]],
+    ids=["mixed", "float32-max", "subnormal"],
+)
+def test_a_finite_gradient_never_decodes_to_inf_or_nan(name, values):
+    for options in ({}, {"bucket_size": 2}) if name not in ("fp32", "fp16") else ({},):
+        q = quantize.get(name, **options)
+        g = torch.tensor(values * 200)
+        out = q.decode(q.encode(g, generator=_gen(1)))
+        if name == "fp16":  # fp16 itself cannot hold these: its overflow is the method's
+            continue
+        assert bool(torch.isfinite(out).all()), (name, options)
+
+
+def test_large_scales_decode_without_overflow_in_every_backend():
+    from terngrad.kernels import resolve
+    from terngrad.quantize import Layout
+    from terngrad.quantize.grid import overflow_limit
+    from terngrad.wire import Codec
+
+    layout = Layout.of(3000, (1000, 2000), 1000)
+    scales = torch.tensor([1.0, 3e38, overflow_limit(8)])  # normal, above the limit, at it
+    codec = Codec.base(17)  # sums over N = 4 ranks of QSGD-5 digits: codes in [-8, 8]
+    digits = torch.randint(17, (3000,), generator=_gen(2))
+    payload = codec.pack(digits)
+    outs = []
+    for name in ("torch", "numba"):
+        out = torch.empty(3000)
+        resolve(name).decode_into(out, payload, codec, 8, 8, 0, layout, scales)
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+    assert bool(torch.isfinite(outs[0]).all())
+    c = (digits - 8).float()
+    assert torch.equal(outs[0][:1000], c[:1000] * 1.0 / 8)  # the usual formula below the limit
+    assert torch.equal(outs[0][1000:2000], c[1000:2000] * (torch.tensor(3e38) / 8))

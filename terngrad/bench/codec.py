@@ -17,14 +17,22 @@ For each tensor size, in one run, the median over ``repeats`` timed calls after 
   - ``owner sum``: the shard owner's work in the sharded exchange with N workers — check and
     unpack N frames of a shard of size/N, add, pack the sums in base 2N + 1 into a frame.
 
-Each is reported in milliseconds, as a ratio to ``half()`` on the same tensor, and as GB/s of
+* per quantizer (every one by default, default options), the public API: ``encode`` with a
+  generator and ``decode`` — on the fused kernels where they exist (TernGrad, QSGD), else the
+  torch reference.
+
+Each is reported in milliseconds, as a ratio to the cast into a preallocated buffer (the
+yardstick: the memory floor, stable between runs), as a ratio to ``half()``, and as GB/s of
 float32 input read (size * 4 bytes / time; the owner's figure counts its shard's share). Ratios
 measured in one run are what to compare: absolute times depend on the machine and its load.
 """
 
 from __future__ import annotations
 
+import platform
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -65,42 +73,81 @@ def _grid_ops(kernels: str, g: torch.Tensor, workers: int) -> list[tuple[str, Ca
     ]
 
 
+def _public_ops(names: Sequence[str], g: torch.Tensor) -> list[tuple[str, Callable, int]]:
+    """``Quantizer.encode`` and ``decode`` of each quantizer (default options) on ``g``: the
+    public API, on the fused kernels where they exist."""
+    ops = []
+    for name in names:
+        q = quantize.get(name)
+        gen = torch.Generator().manual_seed(0)
+        enc = q.encode(g, generator=gen)
+        ops += [
+            (f"{name} encode [public]", lambda q=q, gen=gen: q.encode(g, generator=gen), g.numel()),
+            (f"{name} decode [public]", lambda q=q, enc=enc: q.decode(enc), g.numel()),
+        ]
+    return ops
+
+
+def _seconds(fn: Callable[[], Any], repeats: int) -> float:
+    """The median of ``repeats`` timed calls after a warm-up; one call for an operation whose
+    warm-up took over 2 s (BinGrad-pb's level search on a large tensor)."""
+    start = time.perf_counter()
+    fn()
+    if time.perf_counter() - start > 2.0:
+        return median_seconds(fn, 1)
+    return median_seconds(fn, repeats)
+
+
 def measure(
     numel: int,
     repeats: int = 5,
     workers: int = 4,
     seed: int = 0,
     kernels: Sequence[str] = ("numba", "torch"),
+    quantizers: Sequence[str] = (),
 ) -> list[dict]:
-    """Rows ``{"op", "numel", "input_numel", "seconds"}`` for one tensor size."""
+    """Rows ``{"op", "numel", "input_numel", "seconds"}`` for one tensor size: the floors, the
+    exchange's grid path per backend in ``kernels``, the public API of each of ``quantizers``."""
     g = torch.randn(numel, generator=torch.Generator().manual_seed(seed)) * 1e-3
     h = torch.empty(numel, dtype=torch.float16)
     ops: list[tuple[str, Callable[[], Any], int]] = [
         ("half()", g.half, numel),
-        ("half() into buffer", lambda: h.copy_(g), numel),
+        (CAST, lambda: h.copy_(g), numel),
         ("clone()", g.clone, numel),
     ]
     for name in kernels:
         ops += _grid_ops(name, g, workers)
+    ops += _public_ops(quantizers, g)
     return [
-        {
-            "op": name,
-            "numel": numel,
-            "input_numel": read,
-            "seconds": median_seconds(fn, repeats, warmup=1),
-        }
+        {"op": name, "numel": numel, "input_numel": read, "seconds": _seconds(fn, repeats)}
         for name, fn, read in ops
     ]
 
 
+CAST = "half() into buffer"
+
+
+def cpu_name() -> str:
+    """This machine's processor, as ``lscpu`` names it (where the tables came from)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return names[0] if names else platform.processor() or "unknown CPU"
+
+
 def table(rows: list[dict]) -> str:
-    """A plain-text table: ms, ratio to half() of the same size, GB/s of input read."""
+    """A plain-text table: ms, the ratio to the cast into a preallocated buffer (the
+    yardstick), the ratio to an allocating ``half()``, GB/s of input read."""
+    cast = {r["numel"]: r["seconds"] for r in rows if r["op"] == CAST}
     half = {r["numel"]: r["seconds"] for r in rows if r["op"] == "half()"}
-    lines = [f"{'size':>12}  {'operation':<34}{'ms':>10}{'x half()':>10}{'GB/s':>8}"]
+    lines = [f"{'size':>12}  {'operation':<34}{'ms':>10}{'x cast':>9}{'x half()':>10}{'GB/s':>8}"]
     for r in rows:
         gbps = 4 * r["input_numel"] / r["seconds"] / 1e9
         lines.append(
             f"{r['numel']:>12,}  {r['op']:<34}{1e3 * r['seconds']:>10.2f}"
-            f"{r['seconds'] / half[r['numel']]:>10.2f}{gbps:>8.2f}"
+            f"{r['seconds'] / cast[r['numel']]:>9.2f}{r['seconds'] / half[r['numel']]:>10.2f}"
+            f"{gbps:>8.2f}"
         )
     return "\n".join(lines)

@@ -17,8 +17,12 @@ import torch
 from terngrad.kernels.backend import GridInput, Kernels
 from terngrad.kernels.fused_cpu import NumbaKernels
 from terngrad.kernels.fused_gpu import TritonKernels
-from terngrad.kernels.random import Streams, counter_uniform, stream_seed
+from terngrad.kernels.public import FusedGrid
 from terngrad.kernels.reference import TorchKernels
+from terngrad.quantize.base import install_fast_path
+from terngrad.quantize.random import Streams, counter_uniform, stream_seed
+
+install_fast_path(FusedGrid())  # Quantizer.encode/decode on the fused kernels where they exist
 
 KERNELS = ("auto", "numba", "triton", "torch")
 
@@ -94,6 +98,7 @@ def resolve(kernels: str = "auto", device: torch.device | str = "cpu") -> Kernel
 
 __all__ = [
     "KERNELS",
+    "FusedGrid",
     "GridInput",
     "Kernels",
     "NumbaKernels",

@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from terngrad.kernels.random import Streams
 from terngrad.quantize import Layout, Moments, SymmetricGrid
+from terngrad.quantize.random import Streams
 from terngrad.wire import Codec
 
 Draws = Streams | torch.Tensor
@@ -132,9 +132,11 @@ class Kernels(ABC):
         layout: Layout,
         scales: torch.Tensor,
     ) -> None:
-        """``out[j] = float32(d_j - offset) * s / divisor`` (float32, in that order), ``d_j``
-        the payload's digits and ``s`` the scale of the bucket holding flat element ``lo + j``;
-        ``ValueError`` if the payload is corrupt."""
+        """``out[j] = float32(d_j - offset) * s / divisor`` (float32, in that order; in a
+        bucket whose ``s`` exceeds ``overflow_limit(offset)``, ``float32(d_j - offset) *
+        (s / divisor)``: see ``quantize.grid.grid_decode``), ``d_j`` the payload's digits and
+        ``s`` the scale of the bucket holding flat element ``lo + j``; ``ValueError`` if the
+        payload is corrupt."""
 
     @abstractmethod
     def uniform(

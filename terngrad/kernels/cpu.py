@@ -5,7 +5,7 @@
   squares and ``max |g|``. TernGrad's local scale follows without a second pass:
   ``max_k |clip(g_k)| = min(max_k |g_k|, c sigma)``.
 * :func:`grid_pack` — clip, stochastic rounding on the grid ``s j / m`` with counter-based
-  draws (:mod:`terngrad.kernels.random`), and packing, for any range of the flat gradient.
+  draws (:mod:`terngrad.quantize.random`), and packing, for any range of the flat gradient.
 * :func:`sum_packed` — the shard owner's work: unpack N payloads, add, repack in base 2Nm + 1.
 * :func:`decode_packed` — unpack ``s (d - offset) / divisor`` straight into an output buffer
   (the DDP bucket).
@@ -39,7 +39,7 @@ _OPTS = {"cache": True, "nogil": True, "error_model": "numpy"}
 
 @njit(inline="always", **_OPTS)
 def _draw(key, index):
-    """Draw ``index`` of the stream ``key`` as float32 (see :mod:`terngrad.kernels.random`)."""
+    """Draw ``index`` of the stream ``key`` as float32 (see :mod:`terngrad.quantize.random`)."""
     z = key + (uint64(index) + uint64(1)) * _GOLDEN
     z = (z ^ (z >> uint64(30))) * _MIX1
     z = (z ^ (z >> uint64(27))) * _MIX2
@@ -397,10 +397,13 @@ def sum_packed(
 
 
 @njit(parallel=True, **_OPTS)
-def decode_packed(payload, n, kind, param, k, w, offset, divisor, lo, bstarts, scale, chunk, out):
+def decode_packed(
+    payload, n, kind, param, k, w, offset, divisor, limit, lo, bstarts, scale, chunk, out
+):
     """``out[j] = (float32(d_j - offset) * s_b) / divisor`` for the ``n`` digits of
-    ``payload``, element ``j`` standing for flat element ``lo + j`` of bucket ``b``; returns
-    False if the payload is corrupt."""
+    ``payload``, element ``j`` standing for flat element ``lo + j`` of bucket ``b`` —
+    ``float32(d_j - offset) * (s_b / divisor)`` in a bucket whose scale exceeds ``limit``
+    (``quantize.grid.grid_decode``: no overflow); returns False if the payload is corrupt."""
     nchunks = (n + chunk - 1) // chunk
     nbytes = _chunk_bytes(chunk, kind, param, k, w)
     ok = _all_true(nchunks)
@@ -418,8 +421,13 @@ def decode_packed(payload, n, kind, param, k, w, offset, divisor, lo, bstarts, s
             ds = digits[i - a : stop - a]
             os = out[i:stop]
             sc = scale[b]
-            for j in range(ds.size):
-                os[j] = (np.float32(np.int32(ds[j]) - offset) * sc) / divisor
+            if sc > limit:  # c * s could overflow: c * (s / divisor), as the reference
+                sd = sc / divisor
+                for j in range(ds.size):
+                    os[j] = np.float32(np.int32(ds[j]) - offset) * sd
+            else:
+                for j in range(ds.size):
+                    os[j] = (np.float32(np.int32(ds[j]) - offset) * sc) / divisor
             i = stop
     return ok.all()
 

@@ -21,7 +21,8 @@ from terngrad.kernels.backend import (
     _check_range,
     _moments,
 )
-from terngrad.kernels.random import Streams
+from terngrad.quantize.grid import overflow_limit
+from terngrad.quantize.random import Streams
 from terngrad.wire import BLOCK_WORDS, Codec, word_layout
 
 _TARGET_CHUNK = 32768  # elements per parallel task: a few hundred KB of scratch, in L2
@@ -146,7 +147,8 @@ class NumbaKernels(Kernels):
         _check_payload(payload, codec, out.numel())
         ok = self._run(
             self._cpu.decode_packed, _np(payload), out.numel(), *_codec_args(codec), offset,
-            np.float32(divisor), lo, _np(layout.bucket_starts), _np(scales.to(torch.float32)),
+            np.float32(divisor), np.float32(overflow_limit(offset)), lo,
+            _np(layout.bucket_starts), _np(scales.to(torch.float32)),
             _chunk(codec), out.numpy(),
         )  # fmt: skip
         if not ok:

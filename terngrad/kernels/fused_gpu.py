@@ -21,9 +21,10 @@ from terngrad.kernels.backend import (
     _check_range,
     _moments,
 )
-from terngrad.kernels.random import Streams
 from terngrad.kernels.reference import TorchKernels
 from terngrad.quantize import Layout
+from terngrad.quantize.grid import overflow_limit
+from terngrad.quantize.random import Streams
 from terngrad.wire import BLOCK_WORDS, Codec, word_layout
 
 _BLOCK = 256
@@ -190,7 +191,8 @@ class TritonKernels(Kernels):
         n = out.numel()
         if n:
             self._gpu.decode_kernel[(_cdiv(n, _BLOCK),)](
-                payload.reshape(-1).to(device), n, offset, float(divisor), lo, tables.starts,
+                payload.reshape(-1).to(device), n, offset, float(divisor),
+                overflow_limit(offset), lo, tables.starts,
                 tables.bucket0, tables.bucket_size, tables.count,
                 scales.to(device, torch.float32), out, bad,
                 BASE=spec[0], K=spec[1], W=spec[2], L=BLOCK_WORDS, STEPS=tables.steps,

@@ -127,12 +127,13 @@ def _unpack_digit(
 
 @triton.jit
 def decode_kernel(
-    payload, n, offset, divisor, lo, seg_starts, seg_bucket0, seg_bucket_size, n_seg, scale,
-    out, bad,
+    payload, n, offset, divisor, limit, lo, seg_starts, seg_bucket0, seg_bucket_size, n_seg,
+    scale, out, bad,
     BASE: tl.constexpr, K: tl.constexpr, W: tl.constexpr, L: tl.constexpr,
     STEPS: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """``out[e] = (float32(d_e - offset) * s) / divisor`` for the payload's ``n`` digits."""
+    """``out[e] = (float32(d_e - offset) * s) / divisor`` for the payload's ``n`` digits
+    (``float32(d_e - offset) * (s / divisor)`` where ``s > limit``: no overflow)."""
     e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     live = e < n
     ee = tl.where(live, e, 0)
@@ -140,7 +141,8 @@ def decode_kernel(
     flat = ee + lo
     s = _segment_of(flat, seg_starts, n_seg, STEPS)
     sc = tl.load(scale + _bucket_of(flat, s, seg_starts, seg_bucket0, seg_bucket_size))
-    value = tl.div_rn((digit - offset).to(tl.float32) * sc, divisor)
+    c = (digit - offset).to(tl.float32)
+    value = tl.where(sc > limit, c * tl.div_rn(sc, divisor), tl.div_rn(c * sc, divisor))
     tl.store(out + e, value, mask=live)
     tl.atomic_max(bad, tl.max(tl.where(live & ~ok, 1, 0), 0))
 

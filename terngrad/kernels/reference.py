@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 
 from terngrad.kernels.backend import GridInput, Kernels, _check_draws
-from terngrad.kernels.random import Streams
+from terngrad.quantize.grid import grid_decode
+from terngrad.quantize.random import Streams
 
 
 class TorchKernels(Kernels):
@@ -35,7 +36,7 @@ class TorchKernels(Kernels):
     def decode_into(self, out, payload, codec, offset, divisor, lo, layout, scales):
         digits = codec.unpack(payload, out.numel()).to(torch.int64) - offset
         s_el = layout.expand(scales)[lo : lo + out.numel()]
-        out.copy_(digits.to(torch.float32) * s_el / divisor)
+        out.copy_(grid_decode(digits, s_el, offset, divisor))
 
     def uniform(self, streams, layout, device="cpu"):
         return streams.uniform(layout.segments).to(device)

@@ -15,10 +15,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 
+from terngrad.quantize.random import Streams
 from terngrad.wire import Codec, FrameHeader, frame_nbytes, read_frame, write_frame
 
 _REGISTRY: dict[str, type[Quantizer]] = {}
@@ -106,8 +107,9 @@ class Encoded:
 # --------------------------------------------------------------------------- checks
 
 
-def check_gradient(grad: Any) -> torch.Tensor:
-    """The gradient as a flat float32 tensor; a clear error for anything a quantizer can't take."""
+def flat_gradient(grad: Any) -> torch.Tensor:
+    """The gradient as a flat, contiguous float32 tensor (no copy if it is one already); a
+    clear error for anything that is not a floating-point tensor."""
     if not isinstance(grad, torch.Tensor):
         raise TypeError(f"gradient must be a torch.Tensor, got {type(grad).__name__}")
     if not grad.dtype.is_floating_point:
@@ -115,14 +117,47 @@ def check_gradient(grad: Any) -> torch.Tensor:
             f"gradient must be a floating-point tensor (float32, float16, bfloat16, float64), "
             f"got {grad.dtype}"
         )
-    flat = grad.detach().reshape(-1).to(torch.float32)
+    return grad.detach().reshape(-1).to(torch.float32).contiguous()
+
+
+def check_finite(flat: torch.Tensor) -> torch.Tensor:
+    """``flat`` itself, or a clear error naming how many of its values are NaN or Inf."""
     bad = flat.numel() - int(torch.isfinite(flat).sum())
     if bad:
         raise ValueError(
             f"gradient has {bad} non-finite value(s) (NaN or Inf) out of {flat.numel()}; "
             "they cannot be quantized: skip this step or find where the loss diverged"
         )
-    return flat.contiguous()
+    return flat
+
+
+def check_gradient(grad: Any) -> torch.Tensor:
+    """The gradient as a flat float32 tensor; a clear error for anything a quantizer can't take."""
+    return check_finite(flat_gradient(grad))
+
+
+class FastPath(Protocol):
+    """Fused encode and decode that a layer above installs (:mod:`terngrad.kernels.public`);
+    each returns ``None`` where it does not apply, and then the reference code runs. Given the
+    same draws they produce the reference's bytes and values exactly."""
+
+    def encode(
+        self, q: Quantizer, flat: torch.Tensor, layout: Layout, draws: Any,
+        scale: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:  # fmt: skip
+        """``(scales, payload)`` of a finite ``flat``, or ``None`` (also for a non-finite one:
+        the reference then says what is wrong)."""
+
+    def decode(self, q: Quantizer, encoded: Encoded, layout: Layout) -> torch.Tensor | None:
+        """The flat float32 values of ``encoded``, or ``None``."""
+
+
+_FAST: list[FastPath] = []
+
+
+def install_fast_path(path: FastPath | None) -> None:
+    """Make ``encode`` and ``decode`` try ``path`` first (``None``: the reference only)."""
+    _FAST[:] = [] if path is None else [path]
 
 
 def check_bucket_size(bucket_size: Any) -> int | None:
@@ -344,9 +379,18 @@ class Quantizer(ABC):
         method supports it; ``segments`` gives the lengths of the layers packed one after
         another in a flat ``grad``, so that each gets its own scales.
         """
-        flat = check_gradient(grad)
+        flat = flat_gradient(grad)
         layout = Layout.of(flat.numel(), segments, self.bucket_size)
-        scales, values = self.quantize(flat, layout, generator, scale, uniform)
+        scale_t = self._check_scale(scale, layout, flat.device)
+        draws = self._draws(flat, layout, generator, uniform)
+        fast = (
+            _FAST[0].encode(self, flat, layout, draws, scale_t) if _FAST and flat.numel() else None
+        )
+        if fast is not None:
+            scales, payload = fast
+        else:
+            scales, values = self._quantize_drawn(check_finite(flat), layout, draws, scale_t)
+            payload = self.codec.pack(values)
         return Encoded(
             method=self.name,
             shape=tuple(grad.shape),
@@ -355,7 +399,7 @@ class Quantizer(ABC):
             levels=self.levels,
             bucket_size=self.bucket_size or 0,
             scales=scales,
-            payload=self.codec.pack(values),
+            payload=payload,
             segments=layout.wire_segments,
         )
 
@@ -383,6 +427,10 @@ class Quantizer(ABC):
                 f"{self.name} message of {layout.numel} elements in {layout.n_buckets} buckets "
                 f"needs {expected} scales, got {encoded.scales.numel()}"
             )
+        if _FAST and layout.numel:
+            fast = _FAST[0].decode(self, encoded, layout)
+            if fast is not None:
+                return fast.reshape(encoded.shape)
         values = encoded.codec.unpack(encoded.payload, layout.numel)
         if not encoded.codec.is_float and layout.numel and int(values.max()) >= encoded.levels:
             raise ValueError(
@@ -403,9 +451,21 @@ class Quantizer(ABC):
         """The unpacked form of :meth:`encode`, for the exchange algorithms: the float32 scales
         (one or more per bucket of ``layout``) and one value per element of the flat, finite
         float32 ``flat`` (a digit for :attr:`codec`, or a float for fp32/fp16). The random draws
-        are ``uniform`` if given (float32 in [0, 1), one per element in order), else
-        ``torch.rand(flat.numel(), generator=generator)``."""
+        are ``uniform`` if given (float32 in [0, 1), one per element in order), else the
+        counter-based streams :meth:`Streams.from_generator` keys from ``generator``."""
         scale_t = self._check_scale(scale, layout, flat.device)
+        draws = self._draws(flat, layout, generator, uniform)
+        return self._quantize_drawn(flat, layout, draws, scale_t)
+
+    def _draws(
+        self,
+        flat: torch.Tensor,
+        layout: Layout,
+        generator: torch.Generator | None,
+        uniform: torch.Tensor | None,
+    ) -> Streams | torch.Tensor | None:
+        """The draws of one encoding: ``uniform`` (checked), or one counter-based stream per
+        segment keyed from ``generator``; ``None`` for a deterministic method."""
         if uniform is not None and (
             not isinstance(uniform, torch.Tensor)
             or uniform.dtype != torch.float32
@@ -415,15 +475,25 @@ class Quantizer(ABC):
                 f"uniform must be a float32 tensor of {flat.numel()} draws in [0, 1), one per "
                 "element"
             )
+        if not self.stochastic:
+            return None
+        if uniform is not None:
+            return uniform.reshape(-1)
+        return Streams.from_generator(generator, len(layout.segments))
+
+    def _quantize_drawn(
+        self,
+        flat: torch.Tensor,
+        layout: Layout,
+        draws: Streams | torch.Tensor | None,
+        scale: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if not flat.numel():
             return flat.new_empty(0), flat.new_empty(0, dtype=torch.int64)
-        if self.stochastic and uniform is None:
-            uniform = torch.rand(flat.numel(), generator=generator, device=flat.device)
-        elif self.stochastic:
-            uniform = uniform.reshape(-1)
-        else:
-            uniform = None
-        scales, values = self._quantize(flat, layout, uniform, scale_t)
+        uniform = (
+            draws.uniform(layout.segments).to(flat.device) if isinstance(draws, Streams) else draws
+        )
+        scales, values = self._quantize(flat, layout, uniform, scale)
         return scales.to(torch.float32).reshape(-1), values
 
     def dequantize(

@@ -25,12 +25,34 @@ import torch
 from terngrad.quantize.base import Layout, Quantizer, stochastic_round
 from terngrad.wire import Codec
 
+FLOAT32_MAX = torch.finfo(torch.float32).max
+
+
+def overflow_limit(offset: int) -> float:
+    """The largest scale ``s`` for which ``c * s`` is finite in float32 for every code
+    ``|c| <= offset``: ``float32(FLOAT32_MAX / offset)``."""
+    return float(torch.tensor(FLOAT32_MAX / max(offset, 1), dtype=torch.float32))
+
+
+def grid_decode(codes: torch.Tensor, s_el: torch.Tensor, offset: int, divisor: int):
+    """``(c * s) / divisor`` per element in float32 (``c = codes`` as float32, ``s`` the
+    element's scale) — the one formula every decode uses, the fused kernels included — except
+    where ``s`` exceeds :func:`overflow_limit` of ``offset`` (``|c| <= offset``): there
+    ``c * (s / divisor)``, finite whenever ``offset <= divisor``, so a finite gradient near
+    float32's range never decodes to inf or NaN."""
+    c = codes.to(torch.float32)
+    out = c * s_el / divisor
+    limit = overflow_limit(offset)
+    if s_el.numel() and bool((s_el > limit).any()):
+        out = torch.where(s_el > limit, c * (s_el / divisor), out)
+    return out
+
 
 def _grid_values(
     scales: torch.Tensor, codes: torch.Tensor, layout: Layout, divisor: int
 ) -> torch.Tensor:
-    """``codes * s / divisor`` per element, in float32 (the one formula every decode uses)."""
-    return codes.to(torch.float32) * layout.expand(scales) / divisor
+    """The mean of the grid values of signed ``codes`` (``|codes| <= divisor``), float32."""
+    return grid_decode(codes, layout.expand(scales), divisor, divisor)
 
 
 @dataclass(frozen=True)

@@ -67,9 +67,9 @@ class LevelQuantizer(Quantizer):
             mids = ((levels[:, 1:] + levels[:, :-1]) / 2).contiguous()
             return torch.searchsorted(mids, y, right=True)
         idx, lo, hi = self._cell(y, levels)
-        width = hi - lo
-        p = torch.where(width > 0, (y - lo) / width, 0.0)
-        return idx + (uniform < p)
+        width = hi.double() - lo.double()  # float64: two levels can be further apart than
+        p = torch.where(width > 0, (y.double() - lo.double()) / width, 0.0)  # float32 spans
+        return idx + (uniform.double() < p)
 
     def _quantize(self, flat, layout, uniform, scale):
         scales, digits = [], []

@@ -34,6 +34,8 @@ class Linear(LevelQuantizer, name="linear", method_id=4):
         return torch.stack([rows.amin(1), rows.amax(1)], dim=1)
 
     def _levels(self, scales: torch.Tensor, levels: int) -> torch.Tensor:
-        weights = torch.linspace(0, 1, levels, device=scales.device)
-        # lerp gives exactly min at weight 0 and exactly max at weight 1
-        return torch.lerp(scales[:, :1], scales[:, 1:], weights)
+        weights = torch.linspace(0, 1, levels, device=scales.device, dtype=torch.float64)
+        # lerp gives exactly min at weight 0 and exactly max at weight 1; in float64, as
+        # max - min overflows float32 for a range near its limits
+        lo, hi = scales[:, :1].double(), scales[:, 1:].double()
+        return torch.lerp(lo, hi, weights).float()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from terngrad.quantize.base import Layout, check_bucket_size, check_choice, check_levels
-from terngrad.quantize.grid import Moments, SymmetricGrid, bucket_max_abs
+from terngrad.quantize.grid import FLOAT32_MAX, Moments, SymmetricGrid, bucket_max_abs
 
 NORMS = ("max", "l2")
 
@@ -45,9 +45,16 @@ class QSGD(SymmetricGrid, name="qsgd", method_id=3):
     def scale_from_moments(self, moments: Moments, bound: torch.Tensor | None) -> torch.Tensor:
         if self.norm == "max":
             return moments.maxabs.float()
-        return moments.sumsq.sqrt().float()
+        return _finite_norm(moments.sumsq.sqrt())
 
     def _scales(self, y: torch.Tensor, layout: Layout) -> torch.Tensor:
         if self.norm == "max":
             return bucket_max_abs(y, layout)
-        return layout.reduce(y, lambda rows: rows.double().norm(dim=1)).float()
+        return _finite_norm(layout.reduce(y, lambda rows: rows.double().norm(dim=1)))
+
+
+def _finite_norm(norm: torch.Tensor) -> torch.Tensor:
+    """A float64 L2 norm as a float32 scale, at most float32's largest value (the norm of a
+    large bucket of large values exceeds it; every element's magnitude does not, so the scale
+    still bounds them and rounding stays unbiased)."""
+    return norm.clamp(max=FLOAT32_MAX).float()

@@ -25,7 +25,8 @@ class SignSGD(LevelQuantizer, name="signsgd", method_id=8):
         self.bucket_size = check_bucket_size(bucket_size)
 
     def _fit(self, rows: torch.Tensor) -> torch.Tensor:
-        return rows.abs().mean(1, keepdim=True)
+        # in float64: a float32 sum of a large bucket of large values would overflow
+        return rows.double().abs().mean(1, keepdim=True)
 
     def _levels(self, scales: torch.Tensor, levels: int) -> torch.Tensor:
         return torch.cat([-scales, scales], dim=1)

@@ -79,6 +79,15 @@ class Streams:
         parts = [counter_uniform(k, 0, n) for k, n in zip(self.keys, segments, strict=True)]
         return torch.cat(parts) if parts else torch.empty(0)
 
+    @classmethod
+    def from_generator(cls, generator: torch.Generator | None, segments: int) -> Streams:
+        """One stream per segment, keyed from one 63-bit draw of ``generator`` (the global
+        generator if ``None``): how ``Quantizer.encode`` turns a generator into draws, so that
+        the reference and every fused kernel round with the same ones."""
+        device = generator.device if generator is not None else "cpu"
+        key = int(torch.randint(2**62, (1,), generator=generator, device=device))
+        return cls(tuple(stream_seed(key, p) for p in range(segments)))
+
     def key_array(self) -> np.ndarray:
         """The keys as uint64, for the kernels."""
         return np.array(self.keys, dtype=np.uint64)
