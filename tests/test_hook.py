@@ -14,14 +14,14 @@ from terngrad.quantize import get
 
 
 def test_an_unbound_pair_trains_like_register():
-    for r in run(w.pair_against_register, 2):
+    ranks = run(w.pair_against_register, 2)
+    for r in ranks:
         assert r["pair_built_at_first_use"]
         a, b = r["register"], r["pair"]
         assert a["stats"] == b["stats"] and a["stats"].steps == 6
         assert a["excluded"] == b["excluded"] == ["0.bias", "2.bias", "2.weight"]
         for x, y in zip(a["params"], b["params"], strict=True):
             assert torch.equal(x, y)
-    ranks = run(w.pair_against_register, 2)
     for x, y in zip(ranks[0]["pair"]["params"], ranks[1]["pair"]["params"], strict=True):
         assert torch.equal(x, y)  # identical replicas
 

@@ -82,3 +82,18 @@ def test_the_fused_path_keeps_the_reference_errors():
     base3.payload[0] = 250  # not a base-3 word
     with pytest.raises(ValueError, match="corrupted"):
         q.decode(base3)
+
+
+@pytest.mark.parametrize("name", quantize.names())
+def test_decode_into_a_given_buffer(name):
+    q = quantize.get(name)
+    g = torch.randn(30, 50, generator=torch.Generator().manual_seed(4))
+    enc = q.encode(g, torch.Generator().manual_seed(5))
+    buf = torch.full((30, 50), 7.0)
+    assert q.decode(enc, out=buf) is buf
+    assert torch.equal(buf, q.decode(enc))
+    flat = torch.empty(1500)  # any shape of as many elements
+    assert torch.equal(q.decode(enc, out=flat).view(30, 50), buf)
+    for bad in (torch.empty(10), torch.empty(1500, dtype=torch.float64), buf.t()):
+        with pytest.raises(ValueError, match="out must be a contiguous float32 tensor"):
+            q.decode(enc, out=bad)

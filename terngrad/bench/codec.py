@@ -18,8 +18,8 @@ For each tensor size, in one run, the median over ``repeats`` timed calls after 
     unpack N frames of a shard of size/N, add, pack the sums in base 2N + 1 into a frame.
 
 * per quantizer (every one by default, default options), the public API: ``encode`` with a
-  generator and ``decode`` — on the fused kernels where they exist (TernGrad, QSGD), else the
-  torch reference.
+  generator and ``decode(enc, out=buffer)`` (into an existing tensor, as the hook decodes) — on
+  the fused kernels where they exist (TernGrad, QSGD), else the torch reference.
 
 Each is reported in milliseconds, as a ratio to the cast into a preallocated buffer (the
 yardstick: the memory floor, stable between runs), as a ratio to ``half()``, and as GB/s of
@@ -77,13 +77,14 @@ def _public_ops(names: Sequence[str], g: torch.Tensor) -> list[tuple[str, Callab
     """``Quantizer.encode`` and ``decode`` of each quantizer (default options) on ``g``: the
     public API, on the fused kernels where they exist."""
     ops = []
+    out = torch.empty_like(g)
     for name in names:
         q = quantize.get(name)
         gen = torch.Generator().manual_seed(0)
         enc = q.encode(g, generator=gen)
         ops += [
             (f"{name} encode [public]", lambda q=q, gen=gen: q.encode(g, generator=gen), g.numel()),
-            (f"{name} decode [public]", lambda q=q, enc=enc: q.decode(enc), g.numel()),
+            (f"{name} decode [public]", lambda q=q, enc=enc: q.decode(enc, out=out), g.numel()),
         ]
     return ops
 

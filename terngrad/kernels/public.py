@@ -15,8 +15,8 @@ from functools import cache
 
 import torch
 
-from terngrad.quantize import Layout, Quantizer, SymmetricGrid
-from terngrad.quantize.base import Encoded, FastPath
+from terngrad.quantize import Quantizer, SymmetricGrid
+from terngrad.quantize.base import FastPath
 from terngrad.wire import Codec
 
 
@@ -48,11 +48,13 @@ class FusedGrid(FastPath):
         scales = torch.empty(layout.n_buckets).copy_(shared.reshape(-1))  # a dense copy
         return scales, payload
 
-    def decode(self, q: Quantizer, encoded: Encoded, layout: Layout) -> torch.Tensor | None:
+    def decode(self, q, encoded, layout, out=None):
         codec: Codec = encoded.codec
         if not _served(q, encoded.payload.device) or codec != Codec.base(encoded.levels):
             return None
+        if out is not None and out.device.type != "cpu":
+            return None
         m = (encoded.levels - 1) // 2
-        out = torch.empty(layout.numel)
+        out = torch.empty(layout.numel) if out is None else out
         _backend().decode_into(out, encoded.payload, codec, m, m, 0, layout, encoded.scales)
         return out

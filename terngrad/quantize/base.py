@@ -148,8 +148,11 @@ class FastPath(Protocol):
         """``(scales, payload)`` of a finite ``flat``, or ``None`` (also for a non-finite one:
         the reference then says what is wrong)."""
 
-    def decode(self, q: Quantizer, encoded: Encoded, layout: Layout) -> torch.Tensor | None:
-        """The flat float32 values of ``encoded``, or ``None``."""
+    def decode(
+        self, q: Quantizer, encoded: Encoded, layout: Layout, out: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """The flat float32 values of ``encoded`` (written into the flat ``out`` if given), or
+        ``None``."""
 
 
 _FAST: list[FastPath] = []
@@ -410,8 +413,10 @@ class Quantizer(ABC):
         n_scales = layout.n_buckets * self._scales_per_bucket(self.levels)
         return frame_nbytes(1, n_scales, self.codec.nbytes(numel), len(layout.wire_segments))
 
-    def decode(self, encoded: Encoded) -> torch.Tensor:
-        """The float32 tensor ``encoded`` stands for, in the original shape."""
+    def decode(self, encoded: Encoded, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The float32 tensor ``encoded`` stands for, in the original shape; written into
+        ``out`` if given (a contiguous float32 tensor of as many elements, e.g. the gradient's
+        own buffer: no allocation of the tensor's size, as the DDP hook decodes)."""
         if not isinstance(encoded, Encoded):
             raise TypeError(f"decode takes an Encoded, got {type(encoded).__name__}")
         if encoded.method != self.name:
@@ -427,10 +432,21 @@ class Quantizer(ABC):
                 f"{self.name} message of {layout.numel} elements in {layout.n_buckets} buckets "
                 f"needs {expected} scales, got {encoded.scales.numel()}"
             )
+        if out is not None and (
+            not isinstance(out, torch.Tensor)
+            or out.dtype != torch.float32
+            or out.numel() != layout.numel
+            or not out.is_contiguous()
+        ):
+            raise ValueError(
+                f"out must be a contiguous float32 tensor of {layout.numel} elements, got "
+                f"{getattr(out, 'dtype', type(out).__name__)} of {getattr(out, 'shape', '?')}"
+            )
         if _FAST and layout.numel:
-            fast = _FAST[0].decode(self, encoded, layout)
+            flat_out = None if out is None else out.view(-1)
+            fast = _FAST[0].decode(self, encoded, layout, flat_out)
             if fast is not None:
-                return fast.reshape(encoded.shape)
+                return fast.view(encoded.shape) if out is None else out
         values = encoded.codec.unpack(encoded.payload, layout.numel)
         if not encoded.codec.is_float and layout.numel and int(values.max()) >= encoded.levels:
             raise ValueError(
@@ -438,6 +454,8 @@ class Quantizer(ABC):
                 f"{encoded.levels} levels (corrupted payload)"
             )
         flat = self.dequantize(encoded.scales, values, layout, encoded.levels)
+        if out is not None:
+            return out.copy_(flat.view(out.shape))
         return flat.reshape(encoded.shape)
 
     def quantize(
