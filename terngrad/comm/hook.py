@@ -159,12 +159,12 @@ class State:
     @property
     def estimate(self) -> Estimate | None:
         """``policy="auto"``: the link and codec speeds every rank agreed on."""
-        return self.reducer.estimate if self.reducer else None
+        return self.reducer.auto.estimate if self.reducer and self.reducer.auto else None
 
     @property
     def decisions(self) -> dict[tuple[str, ...], Decision]:
         """``policy="auto"``: the choice for each bucket (by its quantizable parameters)."""
-        return self.reducer.decisions if self.reducer else {}
+        return self.reducer.auto.decisions if self.reducer and self.reducer.auto else {}
 
     def state_dict(self) -> dict[str, Any]:
         """This rank's state: RNG, error-feedback residuals, counters (save one per rank)."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from terngrad.comm.options import Options
 from terngrad.quantize import Layout
 
 Span = tuple[int, int]  # (offset, numel) in a bucket's buffer
@@ -33,6 +34,18 @@ def last_layer_names(module: nn.Module) -> set[str]:
         return set()
     prefix, owner = owners[-1]
     return {f"{prefix}.{n}" if prefix else n for n, _ in owner.named_parameters(recurse=False)}
+
+
+def full_precision_names(
+    params: Sequence[tuple[str, torch.Tensor]], last_layer: set[str], options: Options
+) -> set[str]:
+    """The parameters kept in full precision: the last layer (unless ``quantize_last``) and
+    tensors under ``min_numel`` elements."""
+    return {
+        name
+        for name, p in params
+        if (not options.quantize_last and name in last_layer) or p.numel() < options.min_numel
+    }
 
 
 @dataclass(frozen=True)

@@ -137,3 +137,34 @@ def measure(
         codec_fixed_s=max(c_small - per_element * CODEC_SIZES[0], 0.0),
         codec_s_per_element=per_element,
     )
+
+
+class AutoPolicy:
+    """The auto policy of one exchange: the measurements every rank agreed on, and the choice
+    made for each bucket (by its quantizable parameters' names) with both predicted times."""
+
+    def __init__(self, estimate: Estimate, topology: str, world: int, m: int) -> None:
+        self.estimate, self.topology, self.world, self.m = estimate, topology, world, m
+        self.decisions: dict[tuple[str, ...], Decision] = {}
+
+    @classmethod
+    def agreed(
+        cls,
+        group: dist.ProcessGroup | None,
+        kernels: Kernels,
+        q: SymmetricGrid,
+        device,
+        topology: str,
+        given: Estimate | None = None,
+    ) -> AutoPolicy:
+        """Measured on ``group`` (or ``given``), agreed over its ranks (a collective)."""
+        estimate = (
+            agree(given, group, device) if given is not None else measure(group, kernels, q, device)
+        )
+        return cls(estimate, topology, dist.get_world_size(group), q.m)
+
+    def keep_full_precision(self, names: tuple[str, ...], layout: Layout) -> bool:
+        """Whether a bucket of ``layout`` goes in full precision; the choice is recorded."""
+        decision = decide(self.estimate, self.topology, layout, self.world, self.m)
+        self.decisions[names] = decision
+        return not decision.quantize

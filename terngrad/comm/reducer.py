@@ -25,11 +25,10 @@ from terngrad.comm.full_precision import Deferred
 from terngrad.comm.link import Link
 from terngrad.comm.memory import ErrorFeedback
 from terngrad.comm.options import Options
-from terngrad.comm.plans import BucketPlan, Planner, gather, scatter
-from terngrad.comm.policy import Decision, Estimate, agree, decide, measure
+from terngrad.comm.plans import BucketPlan, Planner, full_precision_names, gather, scatter
+from terngrad.comm.policy import AutoPolicy, Estimate
 from terngrad.comm.stats import Counters, Stats, Timing
 from terngrad.kernels import Streams, resolve, stream_seed
-from terngrad.quantize import Layout
 
 STATE_FORMAT = 1
 
@@ -80,25 +79,19 @@ class Reducer:
         self.generator = torch.Generator(device=device).manual_seed(
             rank_seed(options.seed, self.link.rank)
         )
-        excluded = {
-            name
-            for name, p in params
-            if (not options.quantize_last and name in last_layer) or p.numel() < options.min_numel
-        }
+        excluded = full_precision_names(params, last_layer, options)
         self.config = exchange_config(
             options, self.quantizer, self.kernels, excluded, self.link.size, params
         )
         check_same_config(self.link, self.config)
-        #: auto policy: the measurements every rank agreed on, and the choice per bucket
-        self.estimate: Estimate | None = None
-        self.decisions: dict[tuple[str, ...], Decision] = {}
-        if options.policy == "auto":
-            self.estimate = (
-                agree(estimate, group, device)
-                if estimate is not None
-                else measure(group, self.kernels, self.quantizer, device)
-            )
-        keep = self._keep_full_precision if options.policy == "auto" else None
+        #: ``policy="auto"``: the agreed measurements and the choice per bucket (else None)
+        self.auto = (
+            AutoPolicy.agreed(group, self.kernels, self.quantizer, device, options.topology,
+                              estimate)
+            if options.policy == "auto"
+            else None
+        )  # fmt: skip
+        keep = self.auto.keep_full_precision if self.auto else None
         self.planner = Planner(params, excluded, self.quantizer.bucket_size, keep)
         self.counters = Counters(self.link.counter)
         self._step_skipped = False
@@ -223,15 +216,6 @@ class Reducer:
             return None
         rank, step, seed = self.link.rank, self.counters.steps, self.options.seed
         return Streams(tuple(stream_seed(seed, rank, step, i) for i in plan.indices))
-
-    def _keep_full_precision(self, names: tuple[str, ...], layout: Layout) -> bool:
-        """The auto policy's choice for a bucket, recorded in :attr:`decisions`."""
-        assert self.estimate is not None
-        decision = decide(
-            self.estimate, self.options.topology, layout, self.link.size, self.quantizer.m
-        )
-        self.decisions[names] = decision
-        return not decision.quantize
 
     # --- checkpoints
 
