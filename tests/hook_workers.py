@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import warnings
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -57,25 +58,40 @@ def pair_against_register(rank: int, world: int) -> dict:
     return out
 
 
+@contextmanager
+def groups_made():
+    """Count the process groups made inside the block (the list's length)."""
+    made: list[int] = []
+    original = dist.new_group
+    dist.new_group = lambda *a, **k: made.append(1) or original(*a, **k)
+    try:
+        yield made
+    finally:
+        dist.new_group = original
+
+
+def _errors(attempts) -> list[str]:
+    """What each of the callables raised (``"no error"`` if nothing)."""
+    out = []
+    for attempt in attempts:
+        try:
+            attempt()
+            out.append("no error")
+        except Exception as exc:
+            out.append(str(exc))
+    return out
+
+
 def second_registration(rank: int, world: int) -> dict:
     """A second ``register`` on the same DDP model is refused before any group is made."""
     ddp = nn.parallel.DistributedDataParallel(_mlp())
     terngrad.ddp.register(ddp)
-    made = []
-    original = dist.new_group
-    dist.new_group = lambda *a, **k: made.append(1) or original(*a, **k)
-    errors = []
     builtin = nn.parallel.DistributedDataParallel(_mlp())
     builtin._register_builtin_comm_hook(dist.BuiltinCommHookType.FP16_COMPRESS)
-    try:
-        for model in (ddp, builtin):
-            try:
-                terngrad.ddp.register(model, quantizer="qsgd")
-                errors.append("no error")
-            except RuntimeError as exc:
-                errors.append(str(exc))
-    finally:
-        dist.new_group = original
+    with groups_made() as made:
+        errors = _errors(
+            lambda m=m: terngrad.ddp.register(m, quantizer="qsgd") for m in (ddp, builtin)
+        )
     return {"errors": errors, "groups_made": len(made)}
 
 
@@ -84,23 +100,13 @@ def failed_first_use(rank: int, world: int) -> dict:
     way at every later use, without making its process group again."""
     source = terngrad.ddp.register(nn.parallel.DistributedDataParallel(_mlp()), quantizer="qsgd")
     saved = source.state_dict()
-    made = []
-    original = dist.new_group
-    dist.new_group = lambda *a, **k: made.append(1) or original(*a, **k)
-    state = terngrad.ddp.State()
-    state.load_state_dict(saved)
-    ddp = nn.parallel.DistributedDataParallel(_mlp())
-    ddp.register_comm_hook(state, terngrad.ddp.hook)
-    errors = []
-    try:
-        for _ in range(2):
-            try:
-                ddp(torch.randn(4, 32)).square().mean().backward()
-                errors.append("no error")
-            except Exception as exc:
-                errors.append(str(exc))
-    finally:
-        dist.new_group = original
+    with groups_made() as made:
+        state = terngrad.ddp.State()
+        state.load_state_dict(saved)
+        ddp = nn.parallel.DistributedDataParallel(_mlp())
+        ddp.register_comm_hook(state, terngrad.ddp.hook)
+        step = lambda: ddp(torch.randn(4, 32)).square().mean().backward()  # noqa: E731
+        errors = _errors([step, step])
     return {"errors": errors, "groups_made": len(made)}
 
 
