@@ -84,7 +84,7 @@ class State:
         self._last_layer: set[str] = set()
         self._bound: weakref.ref[nn.Module] | None = None
         self._pending: dict[str, Any] | None = None  # a state_dict loaded before first use
-        #: the exchange itself, made at first use (:meth:`reducer_for`)
+        #: the exchange itself, made at first use (:meth:`build`)
         self.reducer: Reducer | None = None
         self._executor: ThreadPoolExecutor | None = None
         # the step in progress: buckets waiting for the step's end, full-precision tensors
