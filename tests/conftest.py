@@ -12,7 +12,7 @@ def _compiled_kernels():
     """Compile the numba kernels once, before any test spawns ranks that would each compile."""
     from terngrad.kernels import warm_up
 
-    warm_up()
+    warm_up(levels=True)
 
 
 @pytest.fixture(autouse=True)

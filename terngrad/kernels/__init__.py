@@ -17,12 +17,12 @@ import torch
 from terngrad.kernels.backend import GridInput, Kernels
 from terngrad.kernels.fused_cpu import NumbaKernels
 from terngrad.kernels.fused_gpu import TritonKernels
-from terngrad.kernels.public import FusedGrid
+from terngrad.kernels.public import Fused
 from terngrad.kernels.reference import TorchKernels
 from terngrad.quantize.base import install_fast_path
 from terngrad.quantize.random import Streams, counter_uniform, stream_seed
 
-install_fast_path(FusedGrid())  # Quantizer.encode/decode on the fused kernels where they exist
+install_fast_path(Fused())  # Quantizer.encode/decode on the fused kernels where they exist
 
 KERNELS = ("auto", "numba", "triton", "torch")
 
@@ -41,11 +41,12 @@ def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def warm_up() -> None:
-    """Compile the fused CPU kernels now (about 20 s the first time on one core), or load them
-    from numba's cache (under ``terngrad/kernels/__pycache__``; about a second). A launcher
-    calls this before it starts its workers, so they load the kernels instead of each compiling
-    them at its first step."""
+def warm_up(levels: bool = False) -> None:
+    """Compile the fused CPU kernels now (about 20 s the first time on one core, 25 s more with
+    ``levels``), or load them from numba's cache (under ``terngrad/kernels/__pycache__``; about
+    a second). ``levels`` adds the level quantizers' kernels (Linear, ORQ, BinGrad, scaled
+    sign). A launcher calls this before it starts its workers, so they load the kernels
+    instead of each compiling them at its first step."""
     if not numba_available():
         return
     from terngrad import quantize
@@ -61,6 +62,10 @@ def warm_up() -> None:
     kernels.sum_packed([packed, packed], 64, q.codec, Codec.base(5), total)
     kernels.decode_into(torch.empty(64), total, Codec.base(5), 2, 2, 0, layout, grid.local)
     kernels.uniform(streams, layout)
+    if levels:
+        for name in ("orq", "bingrad-b"):  # stochastic and nearest rounding: every kernel
+            level_q = quantize.get(name, bucket_size=16)
+            level_q.decode(level_q.encode(grad))
 
 
 def resolve(kernels: str = "auto", device: torch.device | str = "cpu") -> Kernels:
@@ -98,7 +103,7 @@ def resolve(kernels: str = "auto", device: torch.device | str = "cpu") -> Kernel
 
 __all__ = [
     "KERNELS",
-    "FusedGrid",
+    "Fused",
     "GridInput",
     "Kernels",
     "NumbaKernels",

@@ -1,5 +1,6 @@
 """The fused CPU backend: each of the exchange's operations in one parallel pass over CPU
-tensors, through the numba kernels of :mod:`terngrad.kernels.cpu`.
+tensors, through the numba kernels of :mod:`terngrad.kernels.cpu`; and the level quantizers'
+fit, rounding and decoding through those of :mod:`terngrad.kernels.levels_cpu`.
 
 numba is imported when a :class:`NumbaKernels` is made, not when this module is.
 """
@@ -153,6 +154,53 @@ class NumbaKernels(Kernels):
         )  # fmt: skip
         if not ok:
             raise ValueError(f"{codec} payload holds an invalid word or padding (corrupted data)")
+
+    # --- the level quantizers (terngrad.quantize.levels), for the public API
+
+    def level_fit(
+        self, method: int, flat: torch.Tensor, layout, levels: int, sweeps: int, k: int
+    ) -> torch.Tensor:
+        """The float32 scales ``(n_buckets, k)`` of ``method`` (a ``levels_cpu`` code)."""
+        from terngrad.kernels import levels_cpu
+
+        out = np.empty((layout.n_buckets, k), np.float32)
+        x = _np(flat)
+        self._run(
+            levels_cpu.fit, x, x.view(np.uint32), _np(layout.bucket_starts), method, levels,
+            sweeps, out,
+        )  # fmt: skip
+        return torch.from_numpy(out)
+
+    def level_pack(self, flat, layout, levels, stochastic: bool, draws, codec) -> torch.Tensor:
+        """The packed digits of ``flat`` rounded onto each bucket's ``levels`` (float32 rows):
+        at random with ``draws`` (streams or given uniforms) or to the nearest."""
+        from terngrad.kernels import levels_cpu
+
+        mids = (levels[:, 1:] + levels[:, :-1]) / 2  # the reference's midpoints, in float32
+        empty = np.empty(0, np.float32)
+        if isinstance(draws, Streams):
+            keys, uniform = draws.key_array(), empty
+        else:
+            keys = np.zeros(len(layout.segments), np.uint64)
+            uniform = empty if draws is None else _np(draws.reshape(-1))
+        payload = torch.empty(codec.nbytes(layout.numel), dtype=torch.uint8)
+        self._run(
+            levels_cpu.round_pack, _np(flat), _np(layout.bucket_starts), _np(levels), _np(mids),
+            stochastic, _np(layout.segment_starts), keys, uniform, *_codec_args(codec),
+            _chunk(codec), payload.numpy(),
+        )  # fmt: skip
+        return payload
+
+    def level_decode(self, payload, codec, layout, levels, out) -> bool:
+        """``out[i]`` = the level of digit ``i`` in its bucket's row of ``levels``; False if
+        the payload is corrupt."""
+        from terngrad.kernels import levels_cpu
+
+        _check_payload(payload, codec, layout.numel)
+        return self._run(
+            levels_cpu.decode_levels, _np(payload), layout.numel, *_codec_args(codec),
+            _np(layout.bucket_starts), _np(levels), _chunk(codec), out.numpy(),
+        )  # fmt: skip
 
     def uniform(self, streams, layout, device="cpu"):
         _check_draws(streams, layout)

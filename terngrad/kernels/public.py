@@ -1,12 +1,20 @@
-"""The public API on the fused kernels: ``Quantizer.encode`` and ``decode`` of the shared-grid
-quantizers (TernGrad, QSGD) on CPU tensors run the numba kernels the exchange runs, with the
-reference's bytes for the same draws (the counter-based streams ``encode`` keys from its
-generator, or the given ``uniform``). Installed into :mod:`terngrad.quantize` when this package
-is imported (``import terngrad`` does), so the quantizer layer needs nothing from above it.
+"""The public API on the fused kernels: ``Quantizer.encode`` and ``decode`` of every quantizer
+that packs digits run numba kernels on CPU tensors, with the reference's bytes for the same
+draws (the counter-based streams ``encode`` keys from its generator, or the given ``uniform``).
+Installed into :mod:`terngrad.quantize` when this package is imported (``import terngrad``
+does), so the quantizer layer needs nothing from above it.
 
-Elsewhere — other quantizers, CUDA tensors (their frames live on the host), a 2-bit TernGrad
-message (a 2-bit field can hold a digit the message's 3 levels do not allow, which only the
-reference checks), or no numba — ``None`` is returned and the reference code runs.
+* the shared-grid quantizers (TernGrad, QSGD) run the kernels the exchange runs
+  (:mod:`terngrad.kernels.cpu`);
+* the level quantizers (Linear, ORQ, BinGrad-b, BinGrad-pb, scaled sign) fit their levels and
+  round onto them in :mod:`terngrad.kernels.levels_cpu`; the levels themselves are built from
+  the fitted float32 scales by the quantizer's own ``_levels`` (a few values per bucket), so
+  encoder, decoder and reference share them exactly. The fit also serves ``variance``.
+
+Elsewhere — the float baselines, CUDA tensors, a 2-bit TernGrad message (a 2-bit field can
+hold a digit the message's 3 levels do not allow, which only the reference checks), a payload
+the kernels find corrupt (the reference then says what is wrong), or no numba — ``None`` is
+returned and the reference code runs.
 """
 
 from __future__ import annotations
@@ -17,6 +25,11 @@ import torch
 
 from terngrad.quantize import Quantizer, SymmetricGrid
 from terngrad.quantize.base import FastPath
+from terngrad.quantize.bingrad import PB_SWEEPS, BinGradB, BinGradPB
+from terngrad.quantize.levels import LevelQuantizer
+from terngrad.quantize.linear import Linear
+from terngrad.quantize.orq import ORQ
+from terngrad.quantize.signsgd import SignSGD
 from terngrad.wire import Codec
 
 
@@ -28,16 +41,27 @@ def _backend():
     return NumbaKernels() if numba_available() else None
 
 
-def _served(q: Quantizer, flat_device: torch.device) -> bool:
-    return isinstance(q, SymmetricGrid) and flat_device.type == "cpu" and _backend() is not None
+def _method(q: Quantizer) -> int | None:
+    """The level kernels' code for ``q``'s method (its exact class: a subclass may change the
+    fit), or ``None``."""
+    from terngrad.kernels import levels_cpu as lc
+
+    codes = {Linear: lc.LINEAR, ORQ: lc.ORQ, BinGradB: lc.BINGRAD_B, BinGradPB: lc.BINGRAD_PB}
+    return {**codes, SignSGD: lc.SIGNSGD}.get(type(q))
 
 
-class FusedGrid(FastPath):
-    """Encode and decode of :class:`~terngrad.quantize.SymmetricGrid` quantizers, fused."""
+def _served(q: Quantizer, device: torch.device) -> bool:
+    if device.type != "cpu" or _backend() is None:
+        return False
+    return isinstance(q, SymmetricGrid) or _method(q) is not None
 
-    def encode(self, q, flat, layout, draws, scale):
-        if not _served(q, flat.device):
-            return None
+
+class Fused(FastPath):
+    """Fused encode, decode and level fit of the digit-packing quantizers on CPU tensors."""
+
+    # ------------------------------------------------------------------ the shared grid
+
+    def _grid_encode(self, q, flat, layout, draws, scale):
         kernels = _backend()
         grid = kernels.grid_prepare(q, flat, layout)
         if not bool(torch.isfinite(grid.local).all()):
@@ -48,13 +72,54 @@ class FusedGrid(FastPath):
         scales = torch.empty(layout.n_buckets).copy_(shared.reshape(-1))  # a dense copy
         return scales, payload
 
+    def _grid_decode(self, encoded, layout, out):
+        m = (encoded.levels - 1) // 2
+        _backend().decode_into(out, encoded.payload, encoded.codec, m, m, 0, layout, encoded.scales)
+        return out
+
+    # ------------------------------------------------------------------ per-bucket levels
+
+    def fit(self, q, flat, layout):
+        if not isinstance(q, LevelQuantizer) or not _served(q, flat.device):
+            return None
+        if not bool(torch.isfinite(flat).all()):
+            return None  # the reference says what is wrong
+        sweeps = q.sweeps if isinstance(q, ORQ) else PB_SWEEPS
+        k = q._scales_per_bucket(q.levels)
+        return _backend().level_fit(_method(q), flat, layout, q.levels, sweeps, k)
+
+    def _levels_encode(self, q, flat, layout, draws):
+        scales = self.fit(q, flat, layout)
+        if scales is None:
+            return None
+        levels = q._levels(scales, q.levels).to(torch.float32).contiguous()
+        payload = _backend().level_pack(flat, layout, levels, q.stochastic, draws, q.codec)
+        return scales.reshape(-1), payload
+
+    def _levels_decode(self, q, encoded, layout, out):
+        k = q._scales_per_bucket(encoded.levels)
+        scales = encoded.scales.to(torch.float32).view(layout.n_buckets, k)
+        levels = q._levels(scales, encoded.levels).to(torch.float32).contiguous()
+        flat = torch.empty(layout.numel) if out is None else out
+        ok = _backend().level_decode(encoded.payload, encoded.codec, layout, levels, flat)
+        return flat if ok else None  # corrupt: the reference says what is wrong
+
+    # ------------------------------------------------------------------ the interface
+
+    def encode(self, q, flat, layout, draws, scale):
+        if not _served(q, flat.device):
+            return None
+        if isinstance(q, SymmetricGrid):
+            return self._grid_encode(q, flat, layout, draws, scale)
+        return self._levels_encode(q, flat, layout, draws)
+
     def decode(self, q, encoded, layout, out=None):
         codec: Codec = encoded.codec
         if not _served(q, encoded.payload.device) or codec != Codec.base(encoded.levels):
             return None
         if out is not None and out.device.type != "cpu":
             return None
-        m = (encoded.levels - 1) // 2
-        out = torch.empty(layout.numel) if out is None else out
-        _backend().decode_into(out, encoded.payload, codec, m, m, 0, layout, encoded.scales)
-        return out
+        if isinstance(q, SymmetricGrid):
+            flat = torch.empty(layout.numel) if out is None else out
+            return self._grid_decode(encoded, layout, flat)
+        return self._levels_decode(q, encoded, layout, out)

@@ -154,6 +154,10 @@ class FastPath(Protocol):
         """The flat float32 values of ``encoded`` (written into the flat ``out`` if given), or
         ``None``."""
 
+    def fit(self, q: Quantizer, flat: torch.Tensor, layout: Layout) -> torch.Tensor | None:
+        """The float32 scales ``(n_buckets, k)`` a level quantizer fits to a finite ``flat``,
+        or ``None``."""
+
 
 _FAST: list[FastPath] = []
 
@@ -161,6 +165,11 @@ _FAST: list[FastPath] = []
 def install_fast_path(path: FastPath | None) -> None:
     """Make ``encode`` and ``decode`` try ``path`` first (``None``: the reference only)."""
     _FAST[:] = [] if path is None else [path]
+
+
+def fast_path() -> FastPath | None:
+    """The installed fast path, if any."""
+    return _FAST[0] if _FAST else None
 
 
 def check_bucket_size(bucket_size: Any) -> int | None:
@@ -386,9 +395,8 @@ class Quantizer(ABC):
         layout = Layout.of(flat.numel(), segments, self.bucket_size)
         scale_t = self._check_scale(scale, layout, flat.device)
         draws = self._draws(flat, layout, generator, uniform)
-        fast = (
-            _FAST[0].encode(self, flat, layout, draws, scale_t) if _FAST and flat.numel() else None
-        )
+        path = fast_path()
+        fast = path.encode(self, flat, layout, draws, scale_t) if path and flat.numel() else None
         if fast is not None:
             scales, payload = fast
         else:
@@ -442,9 +450,10 @@ class Quantizer(ABC):
                 f"out must be a contiguous float32 tensor of {layout.numel} elements, got "
                 f"{getattr(out, 'dtype', type(out).__name__)} of {getattr(out, 'shape', '?')}"
             )
-        if _FAST and layout.numel:
+        path = fast_path()
+        if path is not None and layout.numel:
             flat_out = None if out is None else out.view(-1)
-            fast = _FAST[0].decode(self, encoded, layout, flat_out)
+            fast = path.decode(self, encoded, layout, flat_out)
             if fast is not None:
                 return fast.view(encoded.shape) if out is None else out
         values = encoded.codec.unpack(encoded.payload, layout.numel)

@@ -30,14 +30,20 @@ from __future__ import annotations
 import torch
 
 from terngrad.quantize.base import check_bucket_size
-from terngrad.quantize.levels import LevelQuantizer
+from terngrad.quantize.levels import LevelQuantizer, canonical, ordered_sum
+
+#: BinGrad-pb's rounds of coordinate descent at most, and the bucket fractions ``q`` of its
+#: order-statistic starts ``(x_(qn), x_(n+1-qn))``
+PB_SWEEPS = 10
+PB_STARTS = (0.0, 0.05, 0.15, 0.3)
 
 
 def _centred_sorted(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows in float64, centred on their mean (for accurate prefix sums), sorted; and the mean."""
+    """Rows in float64, centred on their mean (for accurate prefix sums), sorted; and the mean
+    (sums in a fixed order: :func:`~terngrad.quantize.levels.ordered_sum`)."""
     x = rows.to(torch.float64)
-    mean = x.mean(1, keepdim=True)
-    return (x - mean).sort(dim=1).values, mean
+    mean = ordered_sum(x) / x.shape[1]
+    return canonical((x - mean).sort(dim=1).values), mean
 
 
 def two_means(rows: torch.Tensor) -> torch.Tensor:
@@ -46,8 +52,8 @@ def two_means(rows: torch.Tensor) -> torch.Tensor:
     n = xs.shape[1]
     if n == 1:
         return torch.cat([xs, xs], dim=1) + mean
-    prefix = xs.cumsum(1)[:, :-1]  # S_k for k = 1..n-1
-    total = xs.sum(1, keepdim=True)
+    sums = xs.cumsum(1)
+    prefix, total = sums[:, :-1], sums[:, -1:]  # S_k for k = 1..n-1, and S
     k = torch.arange(1, n, dtype=torch.float64)
     score = prefix.square() / k + (total - prefix).square() / (n - k)
     best = score.argmax(1, keepdim=True)
@@ -125,7 +131,7 @@ class _PrefixSums:
         return self.objective(b1, b2, i1, i2).squeeze(1)
 
 
-def partially_biased_levels(rows: torch.Tensor, sweeps: int = 10) -> torch.Tensor:
+def partially_biased_levels(rows: torch.Tensor, sweeps: int = PB_SWEEPS) -> torch.Tensor:
     """BinGrad-pb levels ``(rows, 2)``, float64: the best of coordinate descent on ``f`` (module
     doc) from several starts: the 2-means levels and the pairs of order statistics
     ``(x_(i), x_(n+1-i))`` for i at 0, 5, 15 and 30 % of the bucket."""
@@ -134,7 +140,7 @@ def partially_biased_levels(rows: torch.Tensor, sweeps: int = 10) -> torch.Tenso
     ascending = _PrefixSums(xs)
     mirrored = _PrefixSums(-xs.flip(1))  # best b_2 given b_1 is -best_low(-b_1) of -x
     starts = [two_means(xs)] + [
-        xs[:, [i, n - 1 - i]] for i in sorted({int(q * n) for q in (0.0, 0.05, 0.15, 0.3)})
+        xs[:, [i, n - 1 - i]] for i in sorted({int(q * n) for q in PB_STARTS})
     ]
     best, best_f = None, None
     for start in starts:

@@ -13,6 +13,11 @@ Values outside ``[b_1, b_L]`` are clamped to the end levels first (a bias; none 
 base L; the bucket's scales are whatever ``_levels`` needs to rebuild the levels (Linear: min
 and max; ORQ: all L levels), in float32. Encoder and decoder both build the levels from those
 float32 scales, so they agree exactly.
+
+Every float64 sum in a fit is accumulated left to right (:func:`ordered_sum`, ``cumsum``), an
+order the fused kernels (:mod:`terngrad.kernels.levels_cpu`) repeat operation for operation, so
+their scales are these bits; signed zeros are made ``+0.0`` (:func:`canonical`) wherever a sort
+or a min/max could pick either.
 """
 
 from __future__ import annotations
@@ -22,8 +27,21 @@ from typing import ClassVar
 
 import torch
 
-from terngrad.quantize.base import Layout, Quantizer
+from terngrad.quantize.base import Layout, Quantizer, fast_path
 from terngrad.wire import Codec
+
+
+def ordered_sum(x: torch.Tensor) -> torch.Tensor:
+    """Row sums ``(rows, 1)`` of a float64 ``(rows, n)`` tensor, accumulated left to right
+    (``cumsum``'s last column): a fixed order, where ``sum`` reduces pairwise in one torch does
+    not promise."""
+    return x.cumsum(1)[:, -1:]
+
+
+def canonical(x: torch.Tensor) -> torch.Tensor:
+    """``x`` with ``-0.0`` made ``+0.0`` (``x + 0.0``): the bits of a sort's or a min's result
+    then do not depend on which of two equal zeros it picked."""
+    return x + 0.0
 
 
 class LevelQuantizer(Quantizer):
@@ -47,11 +65,22 @@ class LevelQuantizer(Quantizer):
     def _levels(self, scales: torch.Tensor, levels: int) -> torch.Tensor:
         """Sorted levels ``(rows, levels)`` from float32 scales ``(rows, k)``."""
 
+    def scales(self, flat: torch.Tensor, layout: Layout) -> torch.Tensor:
+        """The float32 scales ``(n_buckets, k)`` of a finite flat gradient: ``_fit`` per block
+        of buckets, or the installed fused kernels' fit (the same bits)."""
+        path = fast_path()
+        fused = path.fit(self, flat, layout) if path is not None else None
+        if fused is not None:
+            return fused
+        return torch.cat([self._fit(rows).to(torch.float32) for rows in layout.rows(flat)])
+
     def _bucket_levels(self, flat: torch.Tensor, layout: Layout):
         """Per bucket block: ``(rows, float32 scales, levels)``."""
+        scales, start = self.scales(flat, layout), 0
         for rows in layout.rows(flat):
-            scales = self._fit(rows).to(torch.float32)
-            yield rows, scales, self._levels(scales, self.levels)
+            sc = scales[start : start + rows.shape[0]]
+            start += rows.shape[0]
+            yield rows, sc, self._levels(sc, self.levels)
 
     @staticmethod
     def _cell(y: torch.Tensor, levels: torch.Tensor):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from terngrad.quantize.base import check_bucket_size, check_levels
-from terngrad.quantize.levels import LevelQuantizer
+from terngrad.quantize.levels import LevelQuantizer, canonical
 
 
 class Linear(LevelQuantizer, name="linear", method_id=4):
@@ -31,7 +31,7 @@ class Linear(LevelQuantizer, name="linear", method_id=4):
         return 2
 
     def _fit(self, rows: torch.Tensor) -> torch.Tensor:
-        return torch.stack([rows.amin(1), rows.amax(1)], dim=1)
+        return canonical(torch.stack([rows.amin(1), rows.amax(1)], dim=1))
 
     def _levels(self, scales: torch.Tensor, levels: int) -> torch.Tensor:
         weights = torch.linspace(0, 1, levels, device=scales.device, dtype=torch.float64)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import torch
 
 from terngrad.quantize.base import check_bucket_size, check_levels
-from terngrad.quantize.levels import LevelQuantizer
+from terngrad.quantize.levels import LevelQuantizer, canonical
 
 
 def best_level(xs: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
@@ -62,7 +62,7 @@ def best_level(xs: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Te
 
 def optimal_levels(rows: torch.Tensor, levels: int, sweeps: int = 3) -> torch.Tensor:
     """ORQ levels ``(rows, levels)``, float64 and sorted, for the values in each row."""
-    xs = rows.to(torch.float64).sort(dim=1).values
+    xs = canonical(rows.to(torch.float64).sort(dim=1).values)
     b = xs.new_empty(xs.shape[0], levels)
     b[:, 0], b[:, -1] = xs[:, 0], xs[:, -1]
     pending = [(0, levels - 1)]

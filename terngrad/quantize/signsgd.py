@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from terngrad.quantize.base import check_bucket_size
-from terngrad.quantize.levels import LevelQuantizer
+from terngrad.quantize.levels import LevelQuantizer, ordered_sum
 
 
 class SignSGD(LevelQuantizer, name="signsgd", method_id=8):
@@ -26,7 +26,7 @@ class SignSGD(LevelQuantizer, name="signsgd", method_id=8):
 
     def _fit(self, rows: torch.Tensor) -> torch.Tensor:
         # in float64: a float32 sum of a large bucket of large values would overflow
-        return rows.double().abs().mean(1, keepdim=True)
+        return ordered_sum(rows.double().abs()) / rows.shape[1]
 
     def _levels(self, scales: torch.Tensor, levels: int) -> torch.Tensor:
         return torch.cat([-scales, scales], dim=1)

@@ -40,6 +40,7 @@ from terngrad import kernels
 from terngrad.comm import CollectiveFailed, Options, rank_seed
 from terngrad.comm.agreement import differing_ranks
 from terngrad.comm.consistency import check_replicas
+from terngrad.quantize.levels import LevelQuantizer
 from terngrad.train import checkpoints, models
 from terngrad.train import data as datasets
 from terngrad.train.progress import Progress
@@ -510,7 +511,9 @@ def launch(
         synthetic_classes=10, synthetic_size=1,
     )  # fmt: skip
     if cfg.exchange.kernels in ("auto", "numba"):
-        kernels.warm_up()  # compile once here, not in every worker
+        quantizer = cfg.exchange.make_quantizer()
+        # compile once here, not in every worker
+        kernels.warm_up(levels=isinstance(quantizer, LevelQuantizer))
     if nnodes == 1 and rdzv_endpoint is None:
         with tempfile.TemporaryDirectory() as folder:
             torch.multiprocessing.spawn(

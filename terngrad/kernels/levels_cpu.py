@@ -1,0 +1,447 @@
+"""Fused CPU kernels (numba) for the quantizers that choose their own levels per bucket
+(:mod:`terngrad.quantize.levels`): Linear, ORQ, BinGrad-b, BinGrad-pb and scaled sign.
+
+* :func:`fit` — every bucket's scales, in parallel over buckets, by the reference's algorithm
+  in the reference's float64 operations and order (sums left to right, as
+  ``quantize.levels.ordered_sum``; first index on ties, as ``argmin``/``argmax``), so the
+  float32 scales are the reference's bits. ORQ's level search runs over the values of the two
+  cells it places a level between (a sorted bucket's values inside ``[lo, hi]`` are a
+  contiguous run; the reference's masked zeros outside it add nothing to its prefix sums),
+  where the reference sweeps the whole bucket.
+* :func:`round_pack` — clamp to ``[b_1, b_L]``, unbiased random rounding onto the bucket's
+  levels (the draws of :mod:`terngrad.quantize.random`) or nearest rounding at the midpoints,
+  and packing, in one pass.
+* :func:`decode_levels` — unpack and look each digit's level up, into an output buffer.
+
+Packing, chunking and the draws are those of :mod:`terngrad.kernels.cpu`; results are a
+function of the element (or bucket) index only, the same for any thread count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange, uint64
+
+from terngrad.kernels.cpu import _OPTS, _chunk_bytes, _draw, _pack, _unpack
+from terngrad.quantize.bingrad import PB_STARTS
+
+LINEAR, ORQ, BINGRAD_B, BINGRAD_PB, SIGNSGD = 0, 1, 2, 3, 4
+
+
+# --------------------------------------------------------------------------- fits
+
+
+@njit(inline="always", **_OPTS)
+def _ordered_sum(x):
+    s = 0.0
+    for i in range(x.size):
+        s += x[i]
+    return s
+
+
+@njit(**_OPTS)
+def _sorted(bits):
+    """The float32 values whose bit patterns are ``bits`` (uint32), sorted ascending, as
+    float64: a least-significant-byte-first radix sort of the patterns mapped to unsigned keys
+    that order like the values (sign bit set: all bits flipped; clear: the sign bit set), four
+    passes of 8 bits, a pass skipped where every key shares its byte. Converting a sorted
+    float32 array is the same as sorting the converted values (exact and monotone); ``-0.0``
+    sorts below ``+0.0``, and the caller makes both ``+0.0``."""
+    n = bits.size
+    keys = np.empty(n, np.uint32)
+    counts = np.zeros((4, 256), np.int64)
+    for i in range(n):
+        b = np.uint32(bits[i])
+        key = b ^ np.uint32(0xFFFFFFFF) if b >> np.uint32(31) else b | np.uint32(0x80000000)
+        keys[i] = key
+        for p in range(4):
+            counts[p, (key >> np.uint32(8 * p)) & np.uint32(255)] += 1
+    spare = np.empty(n, np.uint32)
+    for p in range(4):
+        shift = np.uint32(8 * p)
+        if counts[p, (keys[0] >> shift) & np.uint32(255)] == n:
+            continue
+        offsets = np.empty(256, np.int64)
+        total = 0
+        for d in range(256):
+            offsets[d] = total
+            total += counts[p, d]
+        for i in range(n):
+            d = (keys[i] >> shift) & np.uint32(255)
+            spare[offsets[d]] = keys[i]
+            offsets[d] += 1
+        keys, spare = spare, keys
+    out = np.empty(n, np.float64)
+    values = keys.view(np.float32)
+    for i in range(n):
+        key = keys[i]
+        keys[i] = (
+            key & np.uint32(0x7FFFFFFF) if key >> np.uint32(31) else key ^ np.uint32(0xFFFFFFFF)
+        )
+        out[i] = np.float64(values[i])
+    return out
+
+
+@njit(**_OPTS)
+def _centred(xs, mean):
+    """``xs - mean + 0.0`` (sorted if ``xs`` is: rounding is monotone)."""
+    out = np.empty(xs.size)
+    for i in range(xs.size):
+        out[i] = (xs[i] - mean) + 0.0
+    return out
+
+
+@njit(**_OPTS)
+def _centred_sorted(x, bits):
+    """``quantize.bingrad._centred_sorted`` of one bucket (``x`` float32, ``bits`` its
+    patterns): its values minus their mean (float64), sorted; the mean."""
+    mean = 0.0
+    for i in range(x.size):
+        mean += np.float64(x[i])
+    mean /= x.size
+    return _centred(_sorted(bits), mean), mean
+
+
+@njit(inline="always", **_OPTS)
+def _search(xs, v, right):
+    """``np.searchsorted(xs, v, side)``: the values ``< v`` (``<= v`` if ``right``)."""
+    lo, hi = 0, xs.size
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if xs[mid] < v or (right and xs[mid] == v):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(**_OPTS)
+def _best_level(xs, lo, hi, left1, left2, variance):
+    """``quantize.orq.best_level`` for one sorted row: the value ``b`` in ``[lo, hi]``
+    minimising the variance of rounding the row's values in ``[lo, hi]`` onto ``{lo, b, hi}``
+    (``left1``, ``left2``, ``variance``: scratch of the row's length)."""
+    i0 = _search(xs, lo, False)
+    m = _search(xs, hi, True) - i0
+    c1 = 0.0
+    c2 = 0.0
+    for t in range(m):
+        a = xs[i0 + t] - lo
+        c1 += a
+        c2 += a * a
+        left1[t] = c1 - a
+        left2[t] = c2 - a * a
+    c1 = 0.0
+    c2 = 0.0
+    for t in range(m - 1, -1, -1):
+        x = xs[i0 + t]
+        a = x - lo
+        z = hi - x
+        c1 += z
+        c2 += z * z
+        variance[t] = a * left1[t] - left2[t] + z * (c1 - z) - (c2 - z * z)
+    best = 0
+    for t in range(1, m):
+        if variance[t] < variance[best]:
+            best = t
+    return xs[i0 + best]
+
+
+@njit(**_OPTS)
+def _orq_levels(bits, levels, sweeps, out):
+    """``quantize.orq.optimal_levels`` for one bucket (its float32 bit patterns), as float32
+    into ``out``."""
+    xs = _centred(_sorted(bits), 0.0)  # + 0.0: -0.0 made +0.0
+    n = xs.size
+    left1 = np.empty(n)
+    left2 = np.empty(n)
+    variance = np.empty(n)
+    b = np.empty(levels)
+    b[0] = xs[0]
+    b[levels - 1] = xs[n - 1]
+    # the neighbours each level was last placed between: placing it again between the same
+    # two gives the same value (best_level is a function of them), so it is not recomputed
+    below = np.full(levels, np.nan)
+    above = np.full(levels, np.nan)
+    pending = [(0, levels - 1)]  # greedy recursive placement
+    while len(pending):
+        i, j = pending.pop()
+        if j - i < 2:
+            continue
+        mid = (i + j) // 2
+        b[mid] = _best_level(xs, b[i], b[j], left1, left2, variance)
+        below[mid], above[mid] = b[i], b[j]
+        pending.append((i, mid))
+        pending.append((mid, j))
+    for _ in range(sweeps):  # coordinate descent until no level moves
+        moved = False
+        for j in range(1, levels - 1):
+            if b[j - 1] == below[j] and b[j + 1] == above[j]:
+                continue
+            new = _best_level(xs, b[j - 1], b[j + 1], left1, left2, variance)
+            below[j], above[j] = b[j - 1], b[j + 1]
+            moved |= new != b[j]
+            b[j] = new
+        if not moved:
+            break
+    for j in range(levels):
+        out[j] = np.float32(b[j])
+
+
+@njit(**_OPTS)
+def _two_means(xs, mean):
+    """``quantize.bingrad.two_means`` given a bucket's centred sorted values ``xs`` and their
+    ``mean``: the two cluster means, ascending."""
+    n = xs.size
+    if n == 1:
+        return xs[0] + mean, xs[0] + mean
+    sums = np.empty(n)
+    c = 0.0
+    for i in range(n):
+        c += xs[i]
+        sums[i] = c
+    total = sums[n - 1]
+    best, best_score = 0, -np.inf
+    for i in range(n - 1):
+        k = np.float64(i + 1)
+        prefix = sums[i]
+        rest = total - prefix
+        score = (prefix * prefix) / k + (rest * rest) / (np.float64(n) - k)
+        if score > best_score or i == 0:
+            best, best_score = i, score
+    kk = np.float64(best + 1)
+    left = sums[best]
+    return left / kk + mean, (total - left) / (np.float64(n) - kk) + mean
+
+
+@njit(**_OPTS)
+def _prefix_sums(xs):
+    """``quantize.bingrad._PrefixSums``: ``p1``, ``p2`` (n + 1 each, a leading 0) and
+    ``upper`` (the next value, ``inf`` after the last)."""
+    n = xs.size
+    p1 = np.empty(n + 1)
+    p2 = np.empty(n + 1)
+    p1[0] = p2[0] = 0.0
+    c1 = 0.0
+    c2 = 0.0
+    for i in range(n):
+        c1 += xs[i]
+        c2 += xs[i] * xs[i]
+        p1[i + 1] = c1
+        p2[i + 1] = c2
+    upper = np.empty(n)
+    for i in range(n - 1):
+        upper[i] = xs[i + 1]
+    upper[n - 1] = np.inf
+    return p1, p2, upper
+
+
+@njit(inline="always", **_OPTS)
+def _objective(p1, p2, n, b1, b2, i1, i2):
+    """``_PrefixSums.objective`` for one pair: ``f(b_1, b_2)`` given the counts ``i1``, ``i2``."""
+    s1 = p1[i1]
+    s2 = p1[i2]
+    q1 = p2[i1]
+    q2 = p2[i2]
+    n1 = np.float64(i1)
+    n2 = np.float64(i2)
+    left = n1 * b1 * b1 - 2.0 * b1 * s1 + q1
+    middle = -(q2 - q1) + (b1 + b2) * (s2 - s1) - b1 * b2 * (n2 - n1)
+    right = (p2[n] - q2) - 2.0 * b2 * (p1[n] - s2) + (np.float64(n) - n2) * b2 * b2
+    return left + middle + right
+
+
+@njit(**_OPTS)
+def _best_low(xs, p1, p2, upper, b2, candidates, scores):
+    """``_PrefixSums.best_low`` for one row: the ``b_1 <= b_2`` minimising ``f(., b_2)``
+    (``candidates``, ``scores``: scratch of the row's length). Every piece's candidate and
+    score first, in a loop without branches (vectorized), then the first smallest score."""
+    n = xs.size
+    i2 = _search(xs, b2, True)
+    pieces = max(i2, 1)
+    total = p1[i2]
+    for t in range(pieces):  # piece k = t + 1
+        k = t + 1
+        in_cell = np.float64(max(i2 - k, 0))
+        s_k = p1[k]
+        r = in_cell * b2 - (total - s_k) * (1.0 if in_cell > 0 else 0.0)
+        candidate = (s_k + r / 2.0) / np.float64(k)
+        candidate = min(max(candidate, xs[t]), min(upper[t], b2))
+        candidates[t] = candidate
+        scores[t] = _objective(p1, p2, n, candidate, b2, k, i2)
+    best = 0
+    for t in range(1, pieces):
+        if scores[t] < scores[best]:
+            best = t
+    return candidates[best]
+
+
+@njit(**_OPTS)
+def _pb_levels(row, bits, sweeps, out):
+    """``quantize.bingrad.partially_biased_levels`` for one bucket, as float32 into ``out``."""
+    xs, mean = _centred_sorted(row, bits)
+    n = xs.size
+    p1, p2, upper = _prefix_sums(xs)
+    mirrored = -xs[::-1]
+    m1, m2, mupper = _prefix_sums(mirrored)
+    again = _ordered_sum(xs) / n  # the reference centres and sorts xs again: no sort needed
+    starts = [_two_means(_centred(xs, again), again)]
+    last = -1
+    for q in PB_STARTS:  # ascending: distinct indices in order, as the reference's sorted set
+        i = int(q * n)
+        if i != last:
+            starts.append((xs[i], xs[n - 1 - i]))
+            last = i
+    candidates = np.empty(n)
+    scores = np.empty(n)
+    best1, best2, best_f = 0.0, 0.0, np.inf
+    for s in range(len(starts)):
+        b1, b2 = starts[s]
+        for _ in range(sweeps):
+            new1 = _best_low(xs, p1, p2, upper, b2, candidates, scores)
+            new2 = -_best_low(mirrored, m1, m2, mupper, -new1, candidates, scores)
+            same_b2 = new2 == b2
+            b1, b2 = new1, new2
+            if same_b2:  # the next round would find these again (each level is a function
+                break  # of the other) and stop: the reference's result, one round sooner
+        f = _objective(p1, p2, n, b1, b2, _search(xs, b1, False), _search(xs, b2, True))
+        if s == 0 or f < best_f:
+            best1, best2, best_f = b1, b2, f
+    out[0] = np.float32(best1 + mean)
+    out[1] = np.float32(best2 + mean)
+
+
+@njit(parallel=True, **_OPTS)
+def fit(x, bits, bstarts, method, levels, sweeps, out):
+    """The scales of every bucket of ``x`` (float32, ``bits`` its patterns as uint32;
+    ``bstarts`` the bucket offsets then numel) into ``out`` (float32, one row per bucket) for
+    ``method`` (``LINEAR`` .. ``SIGNSGD``)."""
+    for b in prange(bstarts.size - 1):
+        row = x[bstarts[b] : bstarts[b + 1]]
+        pattern = bits[bstarts[b] : bstarts[b + 1]]
+        o = out[b]
+        if method == LINEAR:  # min and max, +0.0 for -0.0
+            lo = row[0]
+            hi = row[0]
+            for i in range(1, row.size):
+                lo = min(lo, row[i])
+                hi = max(hi, row[i])
+            o[0] = lo + np.float32(0.0)
+            o[1] = hi + np.float32(0.0)
+        elif method == SIGNSGD:  # the mean |g|, in float64
+            s = 0.0
+            for i in range(row.size):
+                s += abs(np.float64(row[i]))
+            o[0] = np.float32(s / row.size)
+        elif method == ORQ:
+            _orq_levels(pattern, levels, sweeps, o)
+        elif method == BINGRAD_B:
+            xs, mean = _centred_sorted(row, pattern)
+            m1, m2 = _two_means(xs, mean)
+            o[0] = np.float32(m1)
+            o[1] = np.float32(m2)
+        else:
+            _pb_levels(row, pattern, sweeps, o)
+
+
+# --------------------------------------------------------------------------- rounding
+
+
+@njit(inline="always", **_OPTS)
+def _count_le(values, y):
+    """How many of the sorted ``values`` are ``<= y`` (``searchsorted(..., right=True)``)."""
+    n = values.size
+    if n <= 16:  # a branch-free count
+        count = 0
+        for j in range(n):
+            count += values[j] <= y
+        return count
+    return _search(values, y, True)
+
+
+@njit(inline="always", **_OPTS)
+def _stochastic_digit(g, lv, u):
+    """``LevelQuantizer._round_rows``, stochastic: clamp ``g`` to ``[b_1, b_L]``; in its cell
+    ``[b_i, b_{i+1}]`` round up with probability ``(y - b_i) / (b_{i+1} - b_i)`` (float64)."""
+    n = lv.size
+    y = max(min(g, lv[n - 1]), lv[0])
+    idx = min(max(_count_le(lv, y) - 1, 0), n - 2)
+    lo = np.float64(lv[idx])
+    width = np.float64(lv[idx + 1]) - lo
+    p = (np.float64(y) - lo) / width if width > 0 else 0.0
+    return np.uint16(idx + (np.float64(u) < p))
+
+
+@njit(parallel=True, **_OPTS)
+def round_pack(
+    x, bstarts, levels, mids, stochastic, sstarts, keys, uniform, kind, param, k, w, chunk, out
+):
+    """The digits of ``x`` on each bucket's ``levels`` (rows, sorted), packed into ``out``:
+    random rounding with element ``i``'s draw from ``keys`` (one stream per segment of
+    ``sstarts``, or ``uniform[i]`` if it is not empty) if ``stochastic``, else the number of the
+    bucket's ``mids`` at or below the clamped value (nearest, a tie up)."""
+    n = x.size
+    nchunks = (n + chunk - 1) // chunk
+    nbytes = _chunk_bytes(chunk, kind, param, k, w)
+    given = uniform.size > 0
+    top = levels.shape[1] - 1
+    for c in prange(nchunks):
+        a = c * chunk
+        e = min(a + chunk, n)
+        digits = np.empty(e - a, np.uint16)
+        b = np.searchsorted(bstarts, a, side="right") - 1
+        s = np.searchsorted(sstarts, a, side="right") - 1
+        i = a
+        while i < e:
+            while bstarts[b + 1] <= i:
+                b += 1
+            while sstarts[s + 1] <= i:
+                s += 1
+            stop = min(e, bstarts[b + 1], sstarts[s + 1])
+            xs = x[i:stop]
+            ds = digits[i - a : stop - a]
+            lv = levels[b]
+            if not stochastic:
+                md = mids[b]
+                for j in range(xs.size):
+                    ds[j] = np.uint16(_count_le(md, max(min(xs[j], lv[top]), lv[0])))
+            elif given:
+                us = uniform[i:stop]
+                for j in range(xs.size):
+                    ds[j] = _stochastic_digit(xs[j], lv, us[j])
+            else:
+                key = keys[s]
+                first = uint64(i - sstarts[s])
+                for j in range(xs.size):
+                    ds[j] = _stochastic_digit(xs[j], lv, _draw(key, first + uint64(j)))
+            i = stop
+        _pack(digits, e - a, out[c * nbytes :], kind, param, k, w)
+
+
+@njit(parallel=True, **_OPTS)
+def decode_levels(payload, n, kind, param, k, w, bstarts, levels, chunk, out):
+    """``out[i] = levels[b, d_i]`` for the ``n`` digits of ``payload`` (element ``i`` in
+    bucket ``b``); False if the payload is corrupt."""
+    nchunks = (n + chunk - 1) // chunk
+    nbytes = _chunk_bytes(chunk, kind, param, k, w)
+    ok = np.empty(max(nchunks, 1), np.bool_)
+    for c in prange(nchunks):
+        a = c * chunk
+        e = min(a + chunk, n)
+        digits = np.empty(e - a, np.uint16)
+        ok[c] = _unpack(payload[c * nbytes :], e - a, e == n, kind, param, k, w, digits)
+        b = np.searchsorted(bstarts, a, side="right") - 1
+        i = a
+        while i < e:
+            while bstarts[b + 1] <= i:
+                b += 1
+            stop = min(e, bstarts[b + 1])
+            ds = digits[i - a : stop - a]
+            os = out[i:stop]
+            lv = levels[b]
+            for j in range(ds.size):
+                os[j] = lv[ds[j]]
+            i = stop
+    good = True
+    for c in range(nchunks):
+        good &= ok[c]
+    return good
