@@ -79,3 +79,6 @@ if trainer.global_rank == 0:
         "fp32_ring_bytes_per_step": 2 * (world - 1) * 4 * params / world,
         "replicas_identical": len(set(every)) == 1,
     }))  # fmt: skip
+# Lightning leaves the process groups up after fit; a gloo group still up when the interpreter
+# exits can abort the process ("terminate called without an active exception")
+dist.destroy_process_group()

@@ -250,29 +250,31 @@ def _objective(p1, p2, n, b1, b2, i1, i2):
     return left + middle + right
 
 
+@njit(inline="always", **_OPTS)
+def _piece(p1, upper, k, i2, b2):
+    """``_PrefixSums._piece``: piece ``k``'s stationary point, right end and slope there."""
+    in_cell = np.float64(max(i2 - k, 0))
+    s_k = p1[k]
+    r = in_cell * b2 - (p1[i2] - s_k) * (1.0 if in_cell > 0 else 0.0)
+    kf = np.float64(k)
+    end = min(upper[k - 1], b2)
+    return (s_k + r / 2.0) / kf, end, 2.0 * (kf * end - s_k) - r
+
+
 @njit(**_OPTS)
-def _best_low(xs, p1, p2, upper, b2, candidates, scores):
-    """``_PrefixSums.best_low`` for one row: the ``b_1 <= b_2`` minimising ``f(., b_2)``
-    (``candidates``, ``scores``: scratch of the row's length). Every piece's candidate and
-    score first, in a loop without branches (vectorized), then the first smallest score."""
-    n = xs.size
+def _best_low(xs, p1, upper, b2):
+    """``_PrefixSums.best_low`` for one row: the ``b_1 <= b_2`` minimising ``f(., b_2)``, the
+    stationary point of the first piece whose right-end slope is non-negative (bisection)."""
     i2 = _search(xs, b2, True)
-    pieces = max(i2, 1)
-    total = p1[i2]
-    for t in range(pieces):  # piece k = t + 1
-        k = t + 1
-        in_cell = np.float64(max(i2 - k, 0))
-        s_k = p1[k]
-        r = in_cell * b2 - (total - s_k) * (1.0 if in_cell > 0 else 0.0)
-        candidate = (s_k + r / 2.0) / np.float64(k)
-        candidate = min(max(candidate, xs[t]), min(upper[t], b2))
-        candidates[t] = candidate
-        scores[t] = _objective(p1, p2, n, candidate, b2, k, i2)
-    best = 0
-    for t in range(1, pieces):
-        if scores[t] < scores[best]:
-            best = t
-    return candidates[best]
+    lo, hi = 1, max(i2, 1)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _piece(p1, upper, mid, i2, b2)[2] >= 0:
+            hi = mid
+        else:
+            lo = mid + 1
+    stationary, end, _ = _piece(p1, upper, lo, i2, b2)
+    return min(max(stationary, xs[lo - 1]), end)
 
 
 @njit(**_OPTS)
@@ -282,7 +284,7 @@ def _pb_levels(row, bits, sweeps, out):
     n = xs.size
     p1, p2, upper = _prefix_sums(xs)
     mirrored = -xs[::-1]
-    m1, m2, mupper = _prefix_sums(mirrored)
+    m1, _, mupper = _prefix_sums(mirrored)
     again = _ordered_sum(xs) / n  # the reference centres and sorts xs again: no sort needed
     starts = [_two_means(_centred(xs, again), again)]
     last = -1
@@ -291,14 +293,12 @@ def _pb_levels(row, bits, sweeps, out):
         if i != last:
             starts.append((xs[i], xs[n - 1 - i]))
             last = i
-    candidates = np.empty(n)
-    scores = np.empty(n)
     best1, best2, best_f = 0.0, 0.0, np.inf
     for s in range(len(starts)):
         b1, b2 = starts[s]
         for _ in range(sweeps):
-            new1 = _best_low(xs, p1, p2, upper, b2, candidates, scores)
-            new2 = -_best_low(mirrored, m1, m2, mupper, -new1, candidates, scores)
+            new1 = _best_low(xs, p1, upper, b2)
+            new2 = -_best_low(mirrored, m1, mupper, -new1)
             same_b2 = new2 == b2
             b1, b2 = new1, new2
             if same_b2:  # the next round would find these again (each level is a function
