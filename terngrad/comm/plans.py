@@ -134,9 +134,18 @@ class Planner:
         )
 
 
-def gather(buffer: torch.Tensor, spans: tuple[Span, ...]) -> torch.Tensor:
-    """The elements of ``spans`` of ``buffer``, concatenated (a new tensor, same dtype)."""
-    return torch.cat([buffer[o : o + n] for o, n in spans])
+def gather(
+    buffer: torch.Tensor, spans: tuple[Span, ...], out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The elements of ``spans`` of ``buffer``, concatenated: a new tensor of the same dtype,
+    or written into ``out`` (as many elements; its dtype, converting)."""
+    if out is None:
+        return torch.cat([buffer[o : o + n] for o, n in spans])
+    start = 0
+    for o, n in spans:
+        out[start : start + n].copy_(buffer[o : o + n])
+        start += n
+    return out
 
 
 def scatter(buffer: torch.Tensor, spans: tuple[Span, ...], values: torch.Tensor) -> None:

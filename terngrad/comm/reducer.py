@@ -95,6 +95,9 @@ class Reducer:
         self.planner = Planner(params, excluded, self.quantizer.bucket_size, keep)
         self.counters = Counters(self.link.counter)
         self._step_skipped = False
+        #: float32 room for a bucket's quantized elements where they are not the whole float32
+        #: buffer: gathered here, decoded here, scattered back (no allocation per bucket)
+        self._scratch = torch.empty(0, device=device)
         #: whether the last finished step had a non-finite gradient on some rank (then it
         #: was zeroed on every rank: skip ``optimizer.step()``)
         self.last_step_skipped = False
@@ -140,18 +143,17 @@ class Reducer:
             exact = full_precision.mean(self.link, gather(buffer, plan.excluded))
             skipped = not bool(torch.isfinite(exact).all())
         if plan.layout.numel and not skipped:
-            flat = buffer if plan.whole else gather(buffer, plan.quantized)
-            flat = flat.to(torch.float32)
+            direct = plan.whole and buffer.dtype == torch.float32  # in place in the bucket
+            flat = buffer if direct else gather(buffer, plan.quantized, self._room(plan))
             if self.memory is not None:
                 flat = self.memory.compensate(plan.names, plan.sizes, flat)
-            direct = plan.whole and buffer.dtype == torch.float32  # decode into the bucket
             result = self.exchange.reduce(
                 flat,
                 plan.layout,
                 self._draws(plan),
                 self.generator,
                 key=plan.names,
-                out=buffer if direct else None,
+                out=buffer if direct else flat if self.memory is None else None,
                 own=self.memory is not None,
             )
             if result.mean is None:
@@ -159,9 +161,7 @@ class Reducer:
             else:
                 if self.memory is not None:
                     self.memory.update(plan.names, plan.sizes, flat, result.own)
-                if plan.whole and not direct:
-                    buffer.copy_(result.mean)
-                elif not plan.whole:
+                if not direct:
                     scatter(buffer, plan.quantized, result.mean)
         if skipped:
             buffer.zero_()
@@ -171,6 +171,13 @@ class Reducer:
             deferred.append((buffer, plan))
         self._step_skipped |= skipped
         return skipped
+
+    def _room(self, plan: BucketPlan) -> torch.Tensor:
+        """The scratch for ``plan``'s quantized elements (grown to the largest bucket seen)."""
+        numel = plan.layout.numel
+        if self._scratch.numel() < numel:
+            self._scratch = torch.empty(numel, device=self._scratch.device)
+        return self._scratch[:numel]
 
     def reduce_deferred(self, deferred: Deferred) -> bool:
         """The full-precision tensors the step's buckets deferred, averaged in one all-reduce
