@@ -188,12 +188,15 @@ def test_level_fits_on_extreme_buckets(name, options):
 @pytest.mark.parametrize("name", ["linear", "orq", "bingrad-b", "bingrad-pb", "signsgd"])
 def test_level_quantizers_keep_the_reference_errors(name):
     q = quantize.get(name)
-    g = torch.randn(2000)
-    g[[5, 77, 1999]] = float("inf")
-    with pytest.raises(ValueError, match="gradient has 3 non-finite value"):
-        q.encode(g)
-    with pytest.raises(ValueError, match="gradient has 3 non-finite value"):
-        q.variance(g)
+    negative_nan = torch.tensor([0xFFC00000], dtype=torch.int64).to(torch.int32).view(torch.float32)
+    for bad in (float("inf"), -float("inf"), float("nan"), float(negative_nan)):
+        g = torch.randn(2000)
+        g[[5, 77, 1999]] = bad  # found by the fit kernel itself (no pass of its own)
+        assert Fused().fit(q, g, quantize.Layout.of(2000, None, q.bucket_size)) is None
+        with pytest.raises(ValueError, match="gradient has 3 non-finite value"):
+            q.encode(g)
+        with pytest.raises(ValueError, match="gradient has 3 non-finite value"):
+            q.variance(g)
     enc = q.encode(torch.randn(2000))
     enc.payload[:8] = 0xFF  # a word beyond the base's largest (or, in base 2, any byte: valid)
     if q.levels > 2:

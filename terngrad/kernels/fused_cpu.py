@@ -159,17 +159,18 @@ class NumbaKernels(Kernels):
 
     def level_fit(
         self, method: int, flat: torch.Tensor, layout, levels: int, sweeps: int, k: int
-    ) -> torch.Tensor:
-        """The float32 scales ``(n_buckets, k)`` of ``method`` (a ``levels_cpu`` code)."""
+    ) -> torch.Tensor | None:
+        """The float32 scales ``(n_buckets, k)`` of ``method`` (a ``levels_cpu`` code), or
+        ``None`` if ``flat`` holds a NaN or an Inf."""
         from terngrad.kernels import levels_cpu
 
         out = np.empty((layout.n_buckets, k), np.float32)
         x = _np(flat)
-        self._run(
+        finite = self._run(
             levels_cpu.fit, x, x.view(np.uint32), _np(layout.bucket_starts), method, levels,
             sweeps, out,
         )  # fmt: skip
-        return torch.from_numpy(out)
+        return torch.from_numpy(out) if finite else None
 
     def level_pack(self, flat, layout, levels, stochastic: bool, draws, codec) -> torch.Tensor:
         """The packed digits of ``flat`` rounded onto each bucket's ``levels`` (float32 rows):

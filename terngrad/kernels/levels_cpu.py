@@ -116,45 +116,54 @@ def _search(xs, v, right):
 
 
 @njit(**_OPTS)
-def _best_level(xs, lo, hi, left1, left2, variance):
+def _best_level(xs, lo, hi, left1, left2, right1, right2):
     """``quantize.orq.best_level`` for one sorted row: the value ``b`` in ``[lo, hi]``
     minimising the variance of rounding the row's values in ``[lo, hi]`` onto ``{lo, b, hi}``
-    (``left1``, ``left2``, ``variance``: scratch of the row's length)."""
+    (``left1`` .. ``right2``: scratch of the row's length). The prefix sums from the left and
+    from the right are two independent sequential chains, run in one loop so that each hides
+    the other's latency; the scores then vectorize."""
     i0 = _search(xs, lo, False)
     m = _search(xs, hi, True) - i0
-    c1 = 0.0
-    c2 = 0.0
+    cells = xs[i0 : i0 + m]
+    a1 = 0.0
+    a2 = 0.0
+    z1 = 0.0
+    z2 = 0.0
     for t in range(m):
-        a = xs[i0 + t] - lo
-        c1 += a
-        c2 += a * a
-        left1[t] = c1 - a
-        left2[t] = c2 - a * a
-    c1 = 0.0
-    c2 = 0.0
-    for t in range(m - 1, -1, -1):
-        x = xs[i0 + t]
-        a = x - lo
-        z = hi - x
-        c1 += z
-        c2 += z * z
-        variance[t] = a * left1[t] - left2[t] + z * (c1 - z) - (c2 - z * z)
+        a = cells[t] - lo
+        a1 += a
+        a2 += a * a
+        left1[t] = a1 - a
+        left2[t] = a2 - a * a
+        r = m - 1 - t
+        z = hi - cells[r]
+        z1 += z
+        z2 += z * z
+        right1[r] = z1 - z
+        right2[r] = z2 - z * z
     best = 0
-    for t in range(1, m):
-        if variance[t] < variance[best]:
-            best = t
-    return xs[i0 + best]
+    best_v = np.inf
+    for t in range(m):
+        a = cells[t] - lo
+        z = hi - cells[t]
+        v = a * left1[t] - left2[t] + z * right1[t] - right2[t]
+        if v < best_v:
+            best, best_v = t, v
+    return cells[best]
 
 
 @njit(**_OPTS)
 def _orq_levels(bits, levels, sweeps, out):
     """``quantize.orq.optimal_levels`` for one bucket (its float32 bit patterns), as float32
-    into ``out``."""
+    into ``out``; False (nothing written) if the bucket holds a NaN or an Inf."""
     xs = _centred(_sorted(bits), 0.0)  # + 0.0: -0.0 made +0.0
     n = xs.size
+    if not (np.isfinite(xs[0]) and np.isfinite(xs[n - 1])):  # NaN and Inf sort to the ends
+        return False
     left1 = np.empty(n)
     left2 = np.empty(n)
-    variance = np.empty(n)
+    right1 = np.empty(n)
+    right2 = np.empty(n)
     b = np.empty(levels)
     b[0] = xs[0]
     b[levels - 1] = xs[n - 1]
@@ -168,7 +177,7 @@ def _orq_levels(bits, levels, sweeps, out):
         if j - i < 2:
             continue
         mid = (i + j) // 2
-        b[mid] = _best_level(xs, b[i], b[j], left1, left2, variance)
+        b[mid] = _best_level(xs, b[i], b[j], left1, left2, right1, right2)
         below[mid], above[mid] = b[i], b[j]
         pending.append((i, mid))
         pending.append((mid, j))
@@ -177,7 +186,7 @@ def _orq_levels(bits, levels, sweeps, out):
         for j in range(1, levels - 1):
             if b[j - 1] == below[j] and b[j + 1] == above[j]:
                 continue
-            new = _best_level(xs, b[j - 1], b[j + 1], left1, left2, variance)
+            new = _best_level(xs, b[j - 1], b[j + 1], left1, left2, right1, right2)
             below[j], above[j] = b[j - 1], b[j + 1]
             moved |= new != b[j]
             b[j] = new
@@ -185,6 +194,7 @@ def _orq_levels(bits, levels, sweeps, out):
             break
     for j in range(levels):
         out[j] = np.float32(b[j])
+    return True
 
 
 @njit(**_OPTS)
@@ -279,8 +289,11 @@ def _best_low(xs, p1, upper, b2):
 
 @njit(**_OPTS)
 def _pb_levels(row, bits, sweeps, out):
-    """``quantize.bingrad.partially_biased_levels`` for one bucket, as float32 into ``out``."""
+    """``quantize.bingrad.partially_biased_levels`` for one bucket, as float32 into ``out``;
+    False (nothing written) if the bucket holds a NaN or an Inf."""
     xs, mean = _centred_sorted(row, bits)
+    if not np.isfinite(mean):
+        return False
     n = xs.size
     p1, p2, upper = _prefix_sums(xs)
     mirrored = -xs[::-1]
@@ -308,39 +321,53 @@ def _pb_levels(row, bits, sweeps, out):
             best1, best2, best_f = b1, b2, f
     out[0] = np.float32(best1 + mean)
     out[1] = np.float32(best2 + mean)
+    return True
 
 
 @njit(parallel=True, **_OPTS)
 def fit(x, bits, bstarts, method, levels, sweeps, out):
     """The scales of every bucket of ``x`` (float32, ``bits`` its patterns as uint32;
     ``bstarts`` the bucket offsets then numel) into ``out`` (float32, one row per bucket) for
-    ``method`` (``LINEAR`` .. ``SIGNSGD``)."""
-    for b in prange(bstarts.size - 1):
+    ``method`` (``LINEAR`` .. ``SIGNSGD``). Returns False if some value is NaN or Inf, found on
+    the way (no pass of its own): a NaN or Inf makes a float64 sum non-finite, a sort puts
+    them at the ends, and ``v * 0`` is NaN for them alone."""
+    nb = bstarts.size - 1
+    finite = np.empty(max(nb, 1), np.bool_)
+    for b in prange(nb):
         row = x[bstarts[b] : bstarts[b + 1]]
         pattern = bits[bstarts[b] : bstarts[b + 1]]
         o = out[b]
         if method == LINEAR:  # min and max, +0.0 for -0.0
             lo = row[0]
             hi = row[0]
-            for i in range(1, row.size):
+            probe = np.float32(0.0)
+            for i in range(row.size):
                 lo = min(lo, row[i])
                 hi = max(hi, row[i])
+                probe += row[i] * np.float32(0.0)
             o[0] = lo + np.float32(0.0)
             o[1] = hi + np.float32(0.0)
+            finite[b] = probe == 0
         elif method == SIGNSGD:  # the mean |g|, in float64
             s = 0.0
             for i in range(row.size):
                 s += abs(np.float64(row[i]))
             o[0] = np.float32(s / row.size)
+            finite[b] = np.isfinite(s)
         elif method == ORQ:
-            _orq_levels(pattern, levels, sweeps, o)
+            finite[b] = _orq_levels(pattern, levels, sweeps, o)
         elif method == BINGRAD_B:
             xs, mean = _centred_sorted(row, pattern)
             m1, m2 = _two_means(xs, mean)
             o[0] = np.float32(m1)
             o[1] = np.float32(m2)
+            finite[b] = np.isfinite(mean)
         else:
-            _pb_levels(row, pattern, sweeps, o)
+            finite[b] = _pb_levels(row, pattern, sweeps, o)
+    ok = True
+    for b in range(nb):
+        ok &= finite[b]
+    return ok
 
 
 # --------------------------------------------------------------------------- rounding

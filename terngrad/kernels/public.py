@@ -82,10 +82,9 @@ class Fused(FastPath):
     def fit(self, q, flat, layout):
         if not isinstance(q, LevelQuantizer) or not _served(q, flat.device):
             return None
-        if not bool(torch.isfinite(flat).all()):
-            return None  # the reference says what is wrong
         sweeps = q.sweeps if isinstance(q, ORQ) else PB_SWEEPS
         k = q._scales_per_bucket(q.levels)
+        # None for a NaN or an Inf: the reference then says what is wrong
         return _backend().level_fit(_method(q), flat, layout, q.levels, sweeps, k)
 
     def _levels_encode(self, q, flat, layout, draws):
