@@ -81,19 +81,23 @@ def _packed(backend, grid, shared, draws, lo, hi, codec):
 
 
 def _splitmix_draw(key: int, index: int) -> float:
-    """Draw ``index`` of stream ``key``, in Python integers: the definition, spelled out."""
+    """Draw ``index`` of stream ``key``, in Python integers: the definition, spelled out (two
+    24-bit fields of splitmix64's output ``index // 2``)."""
     mask = 2**64 - 1
-    z = (key + (index + 1) * 0x9E3779B97F4A7C15) & mask
+    z = (key + (index // 2 + 1) * 0x9E3779B97F4A7C15) & mask
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
-    return ((z ^ (z >> 31)) >> 40) / 2**24
+    z ^= z >> 31
+    return ((z >> 16) & (2**24 - 1) if index % 2 else z >> 40) / 2**24
 
 
 def test_draws_follow_the_definition():
     key = stream_seed(1, 2, 3, 4)
-    ref = counter_uniform(key, 1000, 50)
-    assert [float(u) for u in ref] == [_splitmix_draw(key, 1000 + i) for i in range(50)]
+    for start in (1000, 1001):  # an even and an odd first draw
+        ref = counter_uniform(key, start, 51)
+        assert [float(u) for u in ref] == [_splitmix_draw(key, start + i) for i in range(51)]
     assert float(counter_uniform(0, 0, 1)[0]) == _splitmix_draw(0, 0)
+    assert float(counter_uniform(0, 1, 1)[0]) == _splitmix_draw(0, 1)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -114,6 +118,13 @@ def test_draws_have_24_bits_and_are_uniform():
     counts = torch.bincount((u * 64).long(), minlength=64).double()
     chi2 = float(((counts - 1e6 / 64) ** 2 / (1e6 / 64)).sum())
     assert chi2 < 63 + 5 * math.sqrt(2 * 63)
+    # the two draws of one hash are independent: uniform on 8 x 8 cells of the unit square
+    # (63 degrees of freedom, bound at mean + 5 sd) and uncorrelated (|corr| < 5 / sqrt(n/2))
+    even, odd = u[0::2], u[1::2]
+    cells = torch.bincount((even * 8).long() * 8 + (odd * 8).long(), minlength=64).double()
+    chi2 = float(((cells - 5e5 / 64) ** 2 / (5e5 / 64)).sum())
+    assert chi2 < 63 + 5 * math.sqrt(2 * 63)
+    assert abs(float(torch.corrcoef(torch.stack([even, odd]))[0, 1])) < 5 / math.sqrt(5e5)
     # neighbouring streams (rank r and r + 1) are uncorrelated: |corr| < 5 / sqrt(n)
     v = counter_uniform(stream_seed(0, 1, 0, 0), 0, 1_000_000).double()
     w = counter_uniform(stream_seed(0, 0, 0, 0), 0, 1_000_000).double()

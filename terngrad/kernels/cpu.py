@@ -37,14 +37,38 @@ _TWO_M24 = np.float32(2.0**-24)
 _OPTS = {"cache": True, "nogil": True, "error_model": "numpy"}
 
 
+_FIELD = uint64(0xFFFFFF)
+
+
 @njit(inline="always", **_OPTS)
-def _draw(key, index):
-    """Draw ``index`` of the stream ``key`` as float32 (see :mod:`terngrad.quantize.random`)."""
-    z = key + (uint64(index) + uint64(1)) * _GOLDEN
+def _mix(key, pair):
+    """splitmix64's output ``pair`` of the stream ``key`` (see :mod:`terngrad.quantize.random`)."""
+    z = key + (pair + uint64(1)) * _GOLDEN
     z = (z ^ (z >> uint64(30))) * _MIX1
     z = (z ^ (z >> uint64(27))) * _MIX2
-    z = z ^ (z >> uint64(31))
-    return np.float32(z >> uint64(40)) * _TWO_M24
+    return z ^ (z >> uint64(31))
+
+
+@njit(**_OPTS)
+def _fill_draws(key, first, out):
+    """Draws ``first .. first + out.size - 1`` of the stream ``key`` into ``out`` (float32):
+    one hash per pair of draws (:mod:`terngrad.quantize.random`)."""
+    n = out.size
+    if n == 0:
+        return
+    lead = 0
+    if first & uint64(1):  # an odd first draw: the second field of its pair
+        out[0] = np.float32((_mix(key, first >> uint64(1)) >> uint64(16)) & _FIELD) * _TWO_M24
+        lead = 1
+    o = out[lead:]
+    pair0 = (first + uint64(lead)) >> uint64(1)
+    pairs = o.size // 2
+    for p in range(pairs):
+        z = _mix(key, pair0 + uint64(p))
+        o[2 * p] = np.float32(z >> uint64(40)) * _TWO_M24
+        o[2 * p + 1] = np.float32((z >> uint64(16)) & _FIELD) * _TWO_M24
+    if o.size % 2:
+        o[o.size - 1] = np.float32(_mix(key, pair0 + uint64(pairs)) >> uint64(40)) * _TWO_M24
 
 
 # Loops run over zero-based views with a ``range(n)`` index: numba then knows every index is
@@ -332,6 +356,7 @@ def grid_pack(
         a = lo + c * chunk
         e = min(a + chunk, hi)
         digits = np.empty(e - a, np.uint16)
+        drawn = np.empty(0 if given else e - a, np.float32)
         b = np.searchsorted(bstarts, a, side="right") - 1
         s = np.searchsorted(sstarts, a, side="right") - 1
         i = a
@@ -353,10 +378,10 @@ def grid_pack(
                 for j in range(xs.size):
                     ds[j] = _grid_digit(xs[j], bnd, sc, mf, m, us[j])
             else:
-                key = keys[s]
-                first = uint64(i - sstarts[s])
+                us = drawn[i - a : stop - a]
+                _fill_draws(keys[s], uint64(i - sstarts[s]), us)
                 for j in range(xs.size):
-                    ds[j] = _grid_digit(xs[j], bnd, sc, mf, m, _draw(key, first + uint64(j)))
+                    ds[j] = _grid_digit(xs[j], bnd, sc, mf, m, us[j])
             i = stop
         _pack(digits, e - a, out[c * nbytes :], kind, param, k, w)
 
@@ -445,9 +470,5 @@ def uniform_into(sstarts, keys, chunk, out):
             while sstarts[s + 1] <= i:
                 s += 1
             stop = min(e, sstarts[s + 1])
-            os = out[i:stop]
-            key = keys[s]
-            first = uint64(i - sstarts[s])
-            for j in range(os.size):
-                os[j] = _draw(key, first + uint64(j))
+            _fill_draws(keys[s], uint64(i - sstarts[s]), out[i:stop])
             i = stop

@@ -42,12 +42,14 @@ def _bucket_of(e, s, seg_starts, seg_bucket0, seg_bucket_size):
 
 @triton.jit
 def _draw(key, index):
-    """Draw ``index`` (uint64) of the stream ``key`` (uint64), float32; see ``random.py``."""
-    z = key + (index + 1) * 0x9E3779B97F4A7C15
+    """Draw ``index`` (uint64) of the stream ``key`` (uint64), float32: a 24-bit field of
+    splitmix64's output ``index // 2``; see ``random.py``."""
+    z = key + ((index >> 1) + 1) * 0x9E3779B97F4A7C15
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
     z = (z ^ (z >> 27)) * 0x94D049BB133111EB
     z = z ^ (z >> 31)
-    return (z >> 40).to(tl.float32) * 5.9604644775390625e-08  # 2**-24
+    field = tl.where((index & 1) == 1, (z >> 16) & 0xFFFFFF, z >> 40)
+    return field.to(tl.float32) * 5.9604644775390625e-08  # 2**-24
 
 
 @triton.jit

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange, uint64
 
-from terngrad.kernels.cpu import _OPTS, _chunk_bytes, _draw, _pack, _unpack
+from terngrad.kernels.cpu import _OPTS, _chunk_bytes, _fill_draws, _pack, _unpack
 from terngrad.quantize.bingrad import PB_STARTS
 
 LINEAR, ORQ, BINGRAD_B, BINGRAD_PB, SIGNSGD = 0, 1, 2, 3, 4
@@ -415,6 +415,7 @@ def round_pack(
         a = c * chunk
         e = min(a + chunk, n)
         digits = np.empty(e - a, np.uint16)
+        drawn = np.empty(e - a if stochastic and not given else 0, np.float32)
         b = np.searchsorted(bstarts, a, side="right") - 1
         s = np.searchsorted(sstarts, a, side="right") - 1
         i = a
@@ -436,10 +437,10 @@ def round_pack(
                 for j in range(xs.size):
                     ds[j] = _stochastic_digit(xs[j], lv, us[j])
             else:
-                key = keys[s]
-                first = uint64(i - sstarts[s])
+                us = drawn[i - a : stop - a]
+                _fill_draws(keys[s], uint64(i - sstarts[s]), us)
                 for j in range(xs.size):
-                    ds[j] = _stochastic_digit(xs[j], lv, _draw(key, first + uint64(j)))
+                    ds[j] = _stochastic_digit(xs[j], lv, us[j])
             i = stop
         _pack(digits, e - a, out[c * nbytes :], kind, param, k, w)
 

@@ -1,12 +1,19 @@
 """The random draws of stochastic rounding: counter-based, so any kernel can compute any one.
 
-Each stream has a 63-bit key; draw ``i`` of the stream keyed ``K`` is the top 24 bits of
-splitmix64's output at position ``i`` (Steele, Lea & Flood, OOPSLA 2014)::
+Each stream has a 63-bit key; draws ``2p`` and ``2p + 1`` of the stream keyed ``K`` are two
+24-bit fields of splitmix64's output at position ``p`` (Steele, Lea & Flood, OOPSLA 2014)::
 
-    z = K + (i + 1) * 0x9E3779B97F4A7C15                  (mod 2**64)
+    z = K + (p + 1) * 0x9E3779B97F4A7C15                  (mod 2**64)
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
     z = (z ^ (z >> 27)) * 0x94D049BB133111EB
-    u = ((z ^ (z >> 31)) >> 40) * 2**-24                  in [0, 1 - 2**-24], float32 exact
+    z = z ^ (z >> 31)
+    u_2p = (z >> 40) * 2**-24                             bits 40..63
+    u_2p+1 = ((z >> 16) & (2**24 - 1)) * 2**-24           bits 16..39
+
+each in [0, 1 - 2**-24], float32 exact. One 64-bit hash gives two draws: the hash's three 64-bit
+multiplies were most of the cost of a fused rounding pass (without AVX-512 each is three 32-bit
+vector multiplies), and splitmix64's output bits are all of the same quality, so the two fields
+are as uniform and as independent as two outputs (tested).
 
 A draw depends on the key and the index only, not on the order elements are visited in, the
 chunking, the thread count or the device: a fused kernel, the pure-torch reference and a test
@@ -51,13 +58,14 @@ def stream_seed(*parts: int) -> int:
 def counter_uniform(key: int, start: int, count: int) -> torch.Tensor:
     """Draws ``start .. start + count - 1`` of the stream ``key`` (float32): the reference
     definition, in numpy's wrapping uint64 arithmetic."""
-    i = np.arange(start + 1, start + count + 1, dtype=np.uint64)
+    i = np.arange(start, start + count, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        z = np.uint64(key) + i * np.uint64(GOLDEN)
+        z = np.uint64(key) + ((i >> np.uint64(1)) + np.uint64(1)) * np.uint64(GOLDEN)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(MIX1)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(MIX2)
     z ^= z >> np.uint64(31)
-    r = (z >> np.uint64(64 - UNIFORM_BITS)).astype(np.float32)
+    shift = np.where(i & np.uint64(1), np.uint64(16), np.uint64(64 - UNIFORM_BITS))
+    r = ((z >> shift) & np.uint64(2**UNIFORM_BITS - 1)).astype(np.float32)
     return torch.from_numpy(r * np.float32(2.0**-UNIFORM_BITS))
 
 
