@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from terngrad import quantize
-from terngrad.kernels import Fused, numba_available
+from terngrad.kernels import Fused, numba_available, triton_available
 from terngrad.quantize.base import install_fast_path
 
 pytestmark = pytest.mark.skipif(not numba_available(), reason="numba is not installed")
@@ -202,3 +202,34 @@ def test_level_quantizers_keep_the_reference_errors(name):
     if q.levels > 2:
         with pytest.raises(ValueError, match="corrupt"):
             q.decode(enc)
+
+
+@pytest.mark.skipif(not triton_available(), reason="triton is not installed")
+@pytest.mark.parametrize(("name", "options"), [CASES[0], CASES[2], CASES[5]])
+def test_the_public_api_on_triton_is_the_reference(name, options):
+    """The CUDA path of TernGrad and QSGD (Triton), through Triton's interpreter on CPU tensors
+    where there is no GPU: the reference's bytes and values."""
+    q = quantize.get(name, **options)
+    gen = torch.Generator().manual_seed(11)
+    g = torch.randn(3_001, generator=gen) * torch.rand(3_001, generator=gen) ** 4
+
+    def run():
+        enc = q.encode(g, torch.Generator().manual_seed(3), segments=(1_000, 2_001))
+        return enc, q.decode(enc)
+
+    try:
+        install_fast_path(Fused(kernels="triton"))
+        triton, triton_out = run()
+        layout = triton.layout
+        assert Fused(kernels="triton").encode(q, g, layout, torch.rand(3_001), None) is not None
+        install_fast_path(None)
+        ref, ref_out = run()
+    finally:
+        install_fast_path(Fused())
+    assert torch.equal(triton.to_frame(), ref.to_frame())
+    assert torch.equal(triton_out, ref_out)
+
+
+def test_fused_takes_only_fused_backends():
+    with pytest.raises(ValueError, match="kernels must be 'auto', 'numba' or 'triton'"):
+        Fused(kernels="torch")
