@@ -414,3 +414,34 @@ def nan_in_one_tensor(rank: int, world: int) -> dict:
                 zero.append((skipped, all(bool((g == 0).all()) for g in grads)))
         out[path] = zero
     return out
+
+
+def level_kernels_by_backend(rank: int, world: int) -> dict:
+    """How many times the fused level kernels ran for an ORQ exchange, by ``kernels``; and
+    the means, which must not depend on it."""
+    from terngrad.comm import Options
+    from terngrad.comm.reducer import Reducer
+    from terngrad.kernels import NumbaKernels
+
+    calls = []
+    original = NumbaKernels.level_pack
+
+    def counted(self, *args):
+        calls.append(1)
+        return original(self, *args)
+
+    NumbaKernels.level_pack = counted
+    out = {}
+    try:
+        for kernels in ("numba", "torch"):
+            p = torch.nn.Parameter(torch.zeros(1500))
+            options = Options.of("orq", "allgather", kernels=kernels, min_numel=0, seed=5)
+            reducer = Reducer(options, [("w", p)], set())
+            buffer = local_gradient(rank)[:1500].clone()
+            before = len(calls)
+            reducer.reduce_bucket(buffer, [p])
+            reducer.finish_step()
+            out[kernels] = (len(calls) - before, buffer)
+    finally:
+        NumbaKernels.level_pack = original
+    return out

@@ -285,3 +285,13 @@ def test_nan_in_one_tensor_zeroes_the_whole_step_everywhere():
     for out in run(w.nan_in_one_tensor, 2):
         for path in ("ddp", "synchronizer"):
             assert out[path] == [(False, False), (True, True), (False, False)], path
+
+
+def test_kernels_torch_keeps_the_level_quantizers_on_the_reference():
+    """``kernels="torch"`` means the reference for every quantizer, the level quantizers'
+    messages included (they go through the public API, whose fused kernels are numba's)."""
+    for result in run(w.level_kernels_by_backend, 2):
+        fused_calls, fused_mean = result["numba"]
+        reference_calls, reference_mean = result["torch"]
+        assert fused_calls >= 1 and reference_calls == 0
+        assert torch.equal(fused_mean, reference_mean)  # the same bytes either way

@@ -233,3 +233,22 @@ def test_the_public_api_on_triton_is_the_reference(name, options):
 def test_fused_takes_only_fused_backends():
     with pytest.raises(ValueError, match="kernels must be 'auto', 'numba' or 'triton'"):
         Fused(kernels="torch")
+
+
+def test_reference_only_keeps_the_fused_kernels_out_in_its_thread():
+    from terngrad.kernels import NumbaKernels
+    from terngrad.quantize.base import reference_only
+
+    calls = []
+    original = NumbaKernels.level_pack
+    NumbaKernels.level_pack = lambda self, *args: calls.append(1) or original(self, *args)
+    try:
+        q, g = quantize.get("orq"), torch.randn(5_000)
+        q.encode(g)
+        with reference_only():
+            q.encode(g)
+            q.variance(g)
+        q.encode(g)
+    finally:
+        NumbaKernels.level_pack = original
+    assert len(calls) == 2

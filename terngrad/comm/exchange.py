@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Hashable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -45,8 +46,9 @@ from terngrad import quantize
 from terngrad.comm.errors import ExchangeMismatch
 from terngrad.comm.grid import GridStep
 from terngrad.comm.link import Link
-from terngrad.kernels import Kernels, Streams, TorchKernels
+from terngrad.kernels import Kernels, NumbaKernels, Streams, TorchKernels
 from terngrad.quantize import Encoded, Layout, Quantizer, SymmetricGrid
+from terngrad.quantize.base import reference_only
 from terngrad.wire import codes_frame_nbytes
 
 Draws = Streams | torch.Tensor | None
@@ -150,7 +152,11 @@ class Exchange(ABC):
             draws = self.kernels.uniform(draws, layout, flat.device)
         if not self._all_finite(flat):
             return Result(None, None)
-        result = self._reduce_messages(flat, layout, draws, generator, key)
+        # the public API's fused level kernels are numba's: another backend (kernels="torch",
+        # or "triton", which has none for them) keeps these messages on the reference
+        fused = isinstance(self.kernels, NumbaKernels)
+        with nullcontext() if fused else reference_only():
+            result = self._reduce_messages(flat, layout, draws, generator, key)
         if out is not None:
             out.copy_(result.mean)
             return Result(out, result.own)

@@ -97,7 +97,7 @@ class Reducer:
         self._step_skipped = False
         #: float32 room for a bucket's quantized elements where they are not the whole float32
         #: buffer: gathered here, decoded here, scattered back (no allocation per bucket)
-        self._scratch = torch.empty(0, device=device)
+        self._scratch = torch.empty(0)
         #: whether the last finished step had a non-finite gradient on some rank (then it
         #: was zeroed on every rank: skip ``optimizer.step()``)
         self.last_step_skipped = False
@@ -144,7 +144,7 @@ class Reducer:
             skipped = not bool(torch.isfinite(exact).all())
         if plan.layout.numel and not skipped:
             direct = plan.whole and buffer.dtype == torch.float32  # in place in the bucket
-            flat = buffer if direct else gather(buffer, plan.quantized, self._room(plan))
+            flat = buffer if direct else gather(buffer, plan.quantized, self._room(plan, buffer))
             if self.memory is not None:
                 flat = self.memory.compensate(plan.names, plan.sizes, flat)
             result = self.exchange.reduce(
@@ -172,11 +172,12 @@ class Reducer:
         self._step_skipped |= skipped
         return skipped
 
-    def _room(self, plan: BucketPlan) -> torch.Tensor:
-        """The scratch for ``plan``'s quantized elements (grown to the largest bucket seen)."""
+    def _room(self, plan: BucketPlan, buffer: torch.Tensor) -> torch.Tensor:
+        """The scratch for ``plan``'s quantized elements, on ``buffer``'s device (grown to the
+        largest bucket seen)."""
         numel = plan.layout.numel
-        if self._scratch.numel() < numel:
-            self._scratch = torch.empty(numel, device=self._scratch.device)
+        if self._scratch.numel() < numel or self._scratch.device != buffer.device:
+            self._scratch = torch.empty(numel, device=buffer.device)
         return self._scratch[:numel]
 
     def reduce_deferred(self, deferred: Deferred) -> bool:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import difflib
 import inspect
 import math
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar, Protocol
@@ -167,9 +169,24 @@ def install_fast_path(path: FastPath | None) -> None:
     _FAST[:] = [] if path is None else [path]
 
 
+_THREAD = threading.local()
+
+
 def fast_path() -> FastPath | None:
-    """The installed fast path, if any."""
-    return _FAST[0] if _FAST else None
+    """The installed fast path, if any (``None`` inside :func:`reference_only`)."""
+    return _FAST[0] if _FAST and not getattr(_THREAD, "reference", False) else None
+
+
+@contextmanager
+def reference_only() -> Iterator[None]:
+    """Run ``encode``, ``decode`` and ``variance`` on the reference code in this thread, for
+    the duration: how an exchange with ``kernels="torch"`` keeps the fused kernels out."""
+    before = getattr(_THREAD, "reference", False)
+    _THREAD.reference = True
+    try:
+        yield
+    finally:
+        _THREAD.reference = before
 
 
 def check_bucket_size(bucket_size: Any) -> int | None:

@@ -24,7 +24,8 @@ moving). ``f`` is not jointly convex (the middle term is bilinear) and has local
 descent runs from five starts, ``(min, max)`` (pure unbiased rounding), the 2-means levels and
 three pairs of symmetric order statistics, and keeps the best: never worse than any start, not
 proven global. Cost ``O(n log n)`` per bucket for the sort and the prefix sums, plus
-``O(5 * 10 * log n)`` for the descent.
+``O(5 * 10 * log n)`` for the descent in the fused kernel (here each round also copies the
+rows still moving, ``O(n)``).
 """
 
 from __future__ import annotations

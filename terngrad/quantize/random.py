@@ -89,7 +89,7 @@ class Streams:
 
     @classmethod
     def from_generator(cls, generator: torch.Generator | None, segments: int) -> Streams:
-        """One stream per segment, keyed from one 63-bit draw of ``generator`` (the global
+        """One stream per segment, keyed from one 62-bit draw of ``generator`` (the global
         generator if ``None``): how ``Quantizer.encode`` turns a generator into draws, so that
         the reference and every fused kernel round with the same ones."""
         device = generator.device if generator is not None else "cpu"
