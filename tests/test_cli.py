@@ -55,7 +55,8 @@ def test_bench_codec_table_and_json(tmp_path, capsys):
     assert main(argv) == 0
     text = capsys.readouterr().out
     for kernels in ("numba", "torch"):
-        for op in ("encode", "decode", "owner sum, 4 workers"):
+        for op in ("encode", "decode", "owner sum, 4 workers", "statistics pass",
+                   "rounding pass", "rounding, draws given", "frame checksum"):  # fmt: skip
             assert f"{op} [{kernels}]" in text
     assert "half()" in text and "half() into buffer" in text and "clone()" in text
     assert "x cast" in text and "on " in text.splitlines()[0]  # the yardstick; which CPU
@@ -64,7 +65,7 @@ def test_bench_codec_table_and_json(tmp_path, capsys):
     result = json.loads(out.read_text())
     rows = result["rows"]
     assert result["cpu"] and result["threads"] >= 1
-    assert len(rows) == 2 * (9 + 2 * len(quantize.names()))
+    assert len(rows) == 2 * (3 + 2 * 7 + 2 * len(quantize.names()))
     assert {r["numel"] for r in rows} == {1000, 4001}
     owner = next(r for r in rows if r["op"].startswith("owner") and r["numel"] == 4001)
     assert owner["input_numel"] == 1001  # the first of 4 shards of 4001 elements

@@ -15,11 +15,16 @@ For each tensor size, in one run, the median over ``repeats`` timed calls after 
   - ``decode``: check the frame, unpack and write ``s * sum / N`` into an existing float32
     buffer (as the hook writes into the DDP bucket);
   - ``owner sum``: the shard owner's work in the sharded exchange with N workers — check and
-    unpack N frames of a shard of size/N, add, pack the sums in base 2N + 1 into a frame.
+    unpack N frames of a shard of size/N, add, pack the sums in base 2N + 1 into a frame;
+  - encode's passes one by one: the ``statistics pass`` (``grid_prepare``: the float64 sums and
+    ``max |g|`` that give the scale), the ``rounding pass`` (``grid_pack``: clip, round with the
+    counter-based draws, pack, into a preallocated payload), the same with ``draws given``
+    (uniforms read from memory instead of hashed: what the hash costs, against 4 more bytes
+    read an element), and the ``frame checksum`` (CRC-32 of the frame);
 
 * per quantizer (every one by default, default options), the public API: ``encode`` with a
   generator and ``decode(enc, out=buffer)`` (into an existing tensor, as the hook decodes) — on
-  the fused kernels where they exist (TernGrad, QSGD), else the torch reference.
+  the fused kernels (every quantizer that packs digits), the float baselines in torch.
 
 Each is reported in milliseconds, as a ratio to the cast into a preallocated buffer (the
 yardstick: the memory floor, stable between runs), as a ratio to ``half()``, and as GB/s of
@@ -43,6 +48,7 @@ from terngrad.comm.grid import GridStep
 from terngrad.kernels import Streams, resolve
 from terngrad.quantize import Layout
 from terngrad.util.timing import median_seconds
+from terngrad.wire import seal_frame
 
 
 def _grid_ops(kernels: str, g: torch.Tensor, workers: int) -> list[tuple[str, Callable, int]]:
@@ -62,6 +68,13 @@ def _grid_ops(kernels: str, g: torch.Tensor, workers: int) -> list[tuple[str, Ca
     shard_frames = [ready.frame(lo, hi) for _ in range(workers)]
     summed = ready.sum_frames([ready.frame(0, numel)] * workers, numel, 1)
     out = torch.empty(numel)
+    payload = torch.empty(q.codec.nbytes(numel), dtype=torch.uint8)
+    uniform = torch.rand(numel, generator=torch.Generator().manual_seed(1))
+    grid, frame = ready.grid, ready.frame(0, numel)
+
+    def rounding(given: torch.Tensor | Streams) -> None:
+        backend.grid_pack(grid, grid.local, given, 0, numel, q.codec, payload)
+
     return [
         (f"encode [{kernels}]", lambda: step().frame(0, numel), numel),
         (f"decode [{kernels}]", lambda: ready.decode(summed, 0, out, workers, 0), numel),
@@ -70,6 +83,10 @@ def _grid_ops(kernels: str, g: torch.Tensor, workers: int) -> list[tuple[str, Ca
             lambda: ready.sum_frames(shard_frames, hi - lo, 1),
             hi - lo,
         ),
+        (f"  statistics pass [{kernels}]", lambda: backend.grid_prepare(q, g, layout), numel),
+        (f"  rounding pass [{kernels}]", lambda: rounding(draws), numel),
+        (f"  rounding, draws given [{kernels}]", lambda: rounding(uniform), numel),
+        (f"  frame checksum [{kernels}]", lambda: seal_frame(frame), numel),
     ]
 
 
