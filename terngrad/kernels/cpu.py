@@ -330,6 +330,31 @@ def bucket_moments(x, bits, starts, chunk):
     return out
 
 
+@njit(**_OPTS)
+def _runs(bstarts, sstarts, a, e):
+    """The runs of elements ``[a, e)`` inside one bucket (of ``bstarts``) and one segment (of
+    ``sstarts``): rows ``(start, stop, bucket, segment)``, in order."""
+    b = np.searchsorted(bstarts, a, side="right") - 1
+    s = np.searchsorted(sstarts, a, side="right") - 1
+    most = np.searchsorted(bstarts, e) - b + np.searchsorted(sstarts, e) - s
+    runs = np.empty((max(most, 1), 4), np.int64)
+    count = 0
+    i = a
+    while i < e:
+        while bstarts[b + 1] <= i:
+            b += 1
+        while sstarts[s + 1] <= i:
+            s += 1
+        stop = min(e, bstarts[b + 1], sstarts[s + 1])
+        runs[count, 0] = i
+        runs[count, 1] = stop
+        runs[count, 2] = b
+        runs[count, 3] = s
+        count += 1
+        i = stop
+    return runs[:count]
+
+
 @njit(inline="always", **_OPTS)
 def _grid_digit(g, bound, scale, mf, m, u):
     """``m + sign(y) (floor(t) + [u < t - floor(t)])`` with ``y = sign(g) min(|g|, bound)``
@@ -357,15 +382,9 @@ def grid_pack(
         e = min(a + chunk, hi)
         digits = np.empty(e - a, np.uint16)
         drawn = np.empty(0 if given else e - a, np.float32)
-        b = np.searchsorted(bstarts, a, side="right") - 1
-        s = np.searchsorted(sstarts, a, side="right") - 1
-        i = a
-        while i < e:
-            while bstarts[b + 1] <= i:
-                b += 1
-            while sstarts[s + 1] <= i:
-                s += 1
-            stop = min(e, bstarts[b + 1], sstarts[s + 1])
+        runs = _runs(bstarts, sstarts, a, e)
+        for r in range(runs.shape[0]):
+            i, stop, b, s = runs[r, 0], runs[r, 1], runs[r, 2], runs[r, 3]
             xs = x[i:stop]
             ds = digits[i - a : stop - a]
             bnd = bound[b]
@@ -382,7 +401,6 @@ def grid_pack(
                 _fill_draws(keys[s], uint64(i - sstarts[s]), us)
                 for j in range(xs.size):
                     ds[j] = _grid_digit(xs[j], bnd, sc, mf, m, us[j])
-            i = stop
         _pack(digits, e - a, out[c * nbytes :], kind, param, k, w)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange, uint64
 
-from terngrad.kernels.cpu import _OPTS, _chunk_bytes, _fill_draws, _pack, _unpack
+from terngrad.kernels.cpu import _OPTS, _chunk_bytes, _fill_draws, _pack, _runs, _unpack
 from terngrad.quantize.bingrad import PB_STARTS
 
 LINEAR, ORQ, BINGRAD_B, BINGRAD_PB, SIGNSGD = 0, 1, 2, 3, 4
@@ -416,15 +416,9 @@ def round_pack(
         e = min(a + chunk, n)
         digits = np.empty(e - a, np.uint16)
         drawn = np.empty(e - a if stochastic and not given else 0, np.float32)
-        b = np.searchsorted(bstarts, a, side="right") - 1
-        s = np.searchsorted(sstarts, a, side="right") - 1
-        i = a
-        while i < e:
-            while bstarts[b + 1] <= i:
-                b += 1
-            while sstarts[s + 1] <= i:
-                s += 1
-            stop = min(e, bstarts[b + 1], sstarts[s + 1])
+        runs = _runs(bstarts, sstarts, a, e)
+        for r in range(runs.shape[0]):
+            i, stop, b, s = runs[r, 0], runs[r, 1], runs[r, 2], runs[r, 3]
             xs = x[i:stop]
             ds = digits[i - a : stop - a]
             lv = levels[b]
@@ -441,7 +435,6 @@ def round_pack(
                 _fill_draws(keys[s], uint64(i - sstarts[s]), us)
                 for j in range(xs.size):
                     ds[j] = _stochastic_digit(xs[j], lv, us[j])
-            i = stop
         _pack(digits, e - a, out[c * nbytes :], kind, param, k, w)
 
 
