@@ -50,8 +50,6 @@ def _grid_backend(kernels: str, device: torch.device):
     reference can serve: the package is missing or the device has no fused backend)."""
     from terngrad.kernels import TorchKernels, resolve
 
-    if kernels == "numba" and device.type == "cpu":
-        return _backend()
     try:
         chosen = resolve(kernels, device)
     except ValueError:
