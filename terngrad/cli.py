@@ -79,6 +79,45 @@ def bench_network(args: argparse.Namespace) -> int:
     return 0
 
 
+def bench_accuracy(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from terngrad.bench import accuracy
+    from terngrad.comm import Options
+    from terngrad.train.trainer import DEFAULT_TIMEOUT, TrainConfig
+
+    given = args.batch_size is not None or args.total_batch_size is not None
+    base = TrainConfig(
+        out=args.out, model=args.model, dataset=args.dataset, data_dir=args.data_dir,
+        workers=args.workers, optimizer=args.optimizer, lr=args.lr, momentum=args.momentum,
+        weight_decay=args.weight_decay, lr_schedule=args.lr_schedule, lr_power=args.lr_power,
+        batch_size=args.batch_size if given else 64, total_batch_size=args.total_batch_size,
+        steps=args.steps, eval_every=args.eval_every, dropout=args.dropout, keep_checkpoints=1,
+        exchange=Options(
+            seed=args.seed, quantize_last=args.quantize_last, min_numel=args.min_numel,
+            timeout=DEFAULT_TIMEOUT,
+        ),
+    )  # fmt: skip
+    plan = accuracy.Plan(
+        base, tuple(args.methods), args.bandwidth, args.target / 100, args.timeout,
+        predict_with=tuple(args.predict_with) if args.predict_with else None,
+    )  # fmt: skip
+    accuracy.check(plan)  # every bad input: one line, status 2, nothing built
+    print(
+        f"building {args.workers} namespaces with {args.bandwidth} links; {args.model} on "
+        f"{args.dataset}, {len(plan.methods)} methods x {args.steps} steps, target "
+        f"{args.target:g}% ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    results = accuracy.run(plan, echo=lambda line: print(line, file=sys.stderr, flush=True))
+    print(accuracy.markdown(results))
+    print(accuracy.speedup_goal(results))
+    out = Path(args.out)
+    print(f"Written: {out}/results.json, {out}/results.md, {out}/time-to-accuracy.png")
+    return 0
+
+
 def model_validate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -254,6 +293,7 @@ def _config(args: argparse.Namespace):
         steps=args.steps,
         eval_every=args.eval_every,
         dropout=args.dropout,
+        baseline=args.baseline,
         progress=not args.quiet,
         checkpoint_every=args.checkpoint_every,
         keep_checkpoints=args.keep_checkpoints,
@@ -271,11 +311,16 @@ def train(args: argparse.Namespace) -> int:
         resume=args.resume, max_restarts=args.max_restarts,
     )  # fmt: skip
     if summary:
-        print(
-            f"test accuracy {100 * summary['accuracy']:.2f}% after {cfg.steps} steps; "
+        sent = (
             f"{summary['bytes_sent_per_rank'] / 1e6:.2f} MB sent by rank 0 "
-            f"({summary['bytes_sent_per_step']:,.0f} bytes a step); {summary['seconds']:.0f} s; "
-            f"outputs in {cfg.out}/ (metrics.jsonl, summary.json, checkpoint-*.pt, curves.png)"
+            f"({summary['bytes_sent_per_step']:,.0f} bytes a step)"
+            if summary["bytes_sent_per_rank"] is not None
+            else f"PyTorch's {cfg.baseline} averaging (bytes not counted outside the testbed)"
+        )
+        print(
+            f"test accuracy {100 * summary['accuracy']:.2f}% after {cfg.steps} steps; {sent}; "
+            f"{summary['seconds']:.0f} s; outputs in {cfg.out}/ (metrics.jsonl, summary.json, "
+            "checkpoint-*.pt, curves.png)"
         )
     return 0
 
@@ -378,9 +423,8 @@ def add_exchange_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def _add_train_arguments(p: argparse.ArgumentParser) -> None:
+def _add_model_arguments(p: argparse.ArgumentParser) -> None:
     from terngrad.train import data, models
-    from terngrad.train.trainer import OPTIMIZERS, SCHEDULES
 
     g = p.add_argument_group("model and data")
     g.add_argument("--model", default="lenet", choices=models.names())
@@ -389,7 +433,11 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dropout", type=float, help="dropout ratio of the model's dropout layers")
     g = p.add_argument_group("workers")
     g.add_argument("--workers", type=_positive_int, default=4, help="processes (total)")
-    add_exchange_arguments(p)
+
+
+def _add_optimisation_arguments(p: argparse.ArgumentParser, eval_every: int = 500) -> None:
+    from terngrad.train.trainer import OPTIMIZERS, SCHEDULES
+
     g = p.add_argument_group("optimisation")
     g.add_argument("--optimizer", default="momentum", choices=OPTIMIZERS)
     g.add_argument("--lr", type=_positive_float, default=0.01)
@@ -400,7 +448,21 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-size", type=_positive_int, help="per worker (default 64)")
     g.add_argument("--total-batch-size", type=_positive_int, help="split over the workers")
     g.add_argument("--steps", type=_positive_int, default=1000)
-    g.add_argument("--eval-every", type=_positive_int, default=500)
+    g.add_argument("--eval-every", type=_positive_int, default=eval_every)
+
+
+def _add_train_arguments(p: argparse.ArgumentParser) -> None:
+    _add_model_arguments(p)
+    add_exchange_arguments(p)
+    from terngrad.train.baselines import BASELINES
+
+    p.add_argument_group("baseline").add_argument(
+        "--baseline", choices=BASELINES,
+        help="PyTorch's own averaging instead of terngrad's hook: DDP's fp32 all-reduce, "
+        "fp16_compress_hook, or powerSGD_hook (rank 2, one bucket); the exchange flags but "
+        "--seed and --timeout are then unused",
+    )  # fmt: skip
+    _add_optimisation_arguments(p)
     g = p.add_argument_group("output and cluster")
     g.add_argument("--out", required=True, help="output folder (resumes from its checkpoint)")
     g.add_argument("--resume", help="start from this checkpoint file (default: --out's newest)")
@@ -506,6 +568,45 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="runs/network", help="folder for results.json, speedup.png")
     b.add_argument("--cleanup", action="store_true", help="remove a killed run's namespaces")
     b.set_defaults(func=bench_network)
+
+    from terngrad.bench.accuracy import DEFAULT_METHODS as ACCURACY_METHODS
+    from terngrad.comm import MIN_NUMEL
+
+    b = bench.add_parser(
+        "accuracy",
+        help="time to a target accuracy on a bandwidth-limited cluster, every method in turn",
+    )
+    _add_model_arguments(b)
+    _add_optimisation_arguments(b, eval_every=100)
+    g = b.add_argument_group("comparison")
+    g.add_argument(
+        "--bandwidth", default="100mbit",
+        help=f"link rate: {', '.join(BANDWIDTHS)} or any NNmbit/NNgbit (100mbit)",
+    )  # fmt: skip
+    g.add_argument(
+        "--methods", nargs="+", default=list(ACCURACY_METHODS), metavar="METHOD",
+        help=f"in this order ({' '.join(ACCURACY_METHODS)}); any of: {', '.join(METHODS)}",
+    )  # fmt: skip
+    g.add_argument("--target", type=float, required=True, help="test accuracy to reach, in percent")
+    g.add_argument(
+        "--quantize-last", action="store_true", help="terngrad's methods: the last layer too"
+    )
+    g.add_argument(
+        "--min-numel", type=_non_negative_int, default=MIN_NUMEL,
+        help=f"terngrad's methods: smaller tensors stay fp32 ({MIN_NUMEL})",
+    )  # fmt: skip
+    g.add_argument("--seed", type=int, default=0, help="seed of the run (0)")
+    g.add_argument(
+        "--predict-with", nargs=2, metavar=("UNSHAPED", "SHAPED"),
+        help="results.json of terngrad bench network runs (--bandwidth unlimited, and this "
+        "bandwidth; same model, ranks, --batch-size): the model's time to target beside the "
+        "measurement",
+    )  # fmt: skip
+    g.add_argument(
+        "--timeout", type=_positive_float, default=3600.0, help="seconds per method (3600)"
+    )
+    g.add_argument("--out", default="runs/accuracy", help="output folder (runs/accuracy)")
+    b.set_defaults(func=bench_accuracy)
 
     from terngrad.bench.model import METHODS as MODELLED
     from terngrad.bench.model import NETWORKS

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-POWERSGD_RANK = 2
+from terngrad.train.baselines import POWERSGD_RANK
 
 Builtin = Literal["fp32", "fp16", "powersgd"]
 

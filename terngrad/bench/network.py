@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from typing import Any
 import torch
 
 from terngrad.bench import methods as bench_methods
+from terngrad.util import netdev
 from terngrad.util.timing import timings
 
 PREFIX = "tg"
@@ -217,21 +218,30 @@ class Testbed:
             self._shape(ns, inner)
             self._shape(hub, outer)
 
-    def launch(self, rank: int, argv: Sequence[str], log: Path) -> subprocess.Popen:
-        """Start ``python -m terngrad.bench.network <argv>`` as rank ``rank`` in its namespace,
-        its output into ``log``."""
+    def launch(
+        self,
+        rank: int,
+        argv: Sequence[str],
+        log: Path,
+        module: str = "terngrad.bench.network",
+        port: int = PORT,
+    ) -> subprocess.Popen:
+        """Start ``python -m <module> <argv>`` as rank ``rank`` in its namespace, its output
+        into ``log``; ``torch.distributed``'s environment rendezvous at rank 0's address and
+        ``port`` (``LOCAL_WORLD_SIZE``: every rank shares this machine's cores)."""
         env = {
             **os.environ,
             "MASTER_ADDR": self.address(0),
-            "MASTER_PORT": str(PORT),
+            "MASTER_PORT": str(port),
             "RANK": str(rank),
             "WORLD_SIZE": str(self.ranks),
+            "LOCAL_WORLD_SIZE": str(self.ranks),
             "GLOO_SOCKET_IFNAME": self.interface(rank),
-            "TG_INTERFACE": self.interface(rank),
+            netdev.INTERFACE_ENV: self.interface(rank),
             "OMP_NUM_THREADS": "1",
         }
-        cmd = ["ip", "netns", "exec", self.namespace(rank), sys.executable, "-m",
-               "terngrad.bench.network", *argv]  # fmt: skip
+        cmd = ["ip", "netns", "exec", self.namespace(rank), sys.executable, "-m", module,
+               *argv]  # fmt: skip
         with log.open("w") as out:  # the child keeps its own descriptor
             return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
 
@@ -239,48 +249,17 @@ class Testbed:
 # --------------------------------------------------------------------------- one rank
 
 
-def _retransmitted() -> int:
-    """TCP segments this rank's namespace has retransmitted (``/proc/net/snmp`` is per
-    network namespace): losses on the shaped links show up here."""
-    lines = [line.split() for line in Path("/proc/net/snmp").read_text().splitlines()]
-    names, values = (row for row in lines if row and row[0] == "Tcp:")
-    return int(values[names.index("RetransSegs")])
-
-
-def _tx_bytes() -> int:
-    """Bytes this rank's interface has sent (its namespace's sysfs)."""
-    return int(Path(f"/sys/class/net/{os.environ['TG_INTERFACE']}/statistics/tx_bytes").read_text())
-
-
 def _ddp(model: torch.nn.Module, method: str, seed: int):
     """The DDP model and terngrad hook state (``None`` for PyTorch's own methods)."""
-    import torch.distributed as dist
     from torch import nn
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 
     import terngrad.ddp
+    from terngrad.train import baselines
 
     spec = bench_methods.method(method)
-    if spec.one_bucket:
-        size_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
-        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=size_mb + 1)
-    else:
-        ddp = nn.parallel.DistributedDataParallel(model)
-    if spec.builtin == "powersgd":
-        state = psgd.PowerSGDState(
-            process_group=None,
-            matrix_approximation_rank=bench_methods.POWERSGD_RANK,
-            start_powerSGD_iter=2,
-            random_seed=seed,
-        )
-        ddp.register_comm_hook(state, psgd.powerSGD_hook)
-        return ddp, None
-    if spec.builtin == "fp16":
-        ddp.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
-        return ddp, None
-    if spec.builtin == "fp32":
-        return ddp, None
+    if spec.builtin is not None:
+        return baselines.wrap(model, spec.builtin, seed), None
+    ddp = nn.parallel.DistributedDataParallel(model)
     state = terngrad.ddp.register(ddp, spec.quantizer, spec.topology, seed=seed, **spec.options)
     return ddp, state
 
@@ -341,15 +320,16 @@ def worker(args: argparse.Namespace) -> None:
         for _ in range(args.warmup):
             compute_step(ddp, optimizer)
         dist.barrier()
-        sent, codec = _tx_bytes(), state.timing.codec_seconds if state else 0.0
-        resent = _retransmitted()
+        interface = netdev.interface_from_env() or ""
+        sent, codec = netdev.tx_bytes(interface), state.timing.codec_seconds if state else 0.0
+        resent = netdev.tcp_retransmits()
         times = timings(lambda m=ddp, o=optimizer: compute_step(m, o), args.steps)
         dist.barrier()
         row = {
             "method": method,
             "step_seconds": times,
-            "wire_bytes_per_step": (_tx_bytes() - sent) / args.steps,
-            "retransmitted_per_step": (_retransmitted() - resent) / args.steps,
+            "wire_bytes_per_step": (netdev.tx_bytes(interface) - sent) / args.steps,
+            "retransmitted_per_step": (netdev.tcp_retransmits() - resent) / args.steps,
             "codec_seconds_per_step": (
                 (state.timing.codec_seconds - codec) / args.steps if state else 0.0
             ),
@@ -372,7 +352,9 @@ def worker(args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------- the benchmark
 
 
-def summarise(raw: dict, ranks: int, bandwidth: str, model: str) -> dict:
+def summarise(
+    raw: dict, ranks: int, bandwidth: str, model: str, batch_size: int | None = None
+) -> dict:
     """Per method: median over steps of the slowest rank's step time, speedup against fp32,
     bytes per rank per step (mean and busiest rank), the encode/decode share; compute time
     and the link probe (an fp32 all-reduce alone) the same way."""
@@ -413,6 +395,7 @@ def summarise(raw: dict, ranks: int, bandwidth: str, model: str) -> dict:
         "ranks": ranks,
         "bandwidth": bandwidth,
         "model": model,
+        "batch_size": batch_size,
         "compute_seconds": compute,
         "link_probe": {
             "what": "fp32 ring all-reduce alone, bytes sent per rank / slowest rank's seconds",
@@ -462,10 +445,18 @@ def plot(summary: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def _wait_all(procs: list[subprocess.Popen], deadline: float, out: Path) -> None:
-    """Wait for every rank; ``BenchFailed`` as soon as one fails or the deadline passes (the
-    others would otherwise wait for it until gloo's timeout)."""
+def wait_all(
+    procs: list[subprocess.Popen],
+    deadline: float,
+    out: Path,
+    tick: Callable[[], None] | None = None,
+) -> None:
+    """Wait for every rank, calling ``tick`` now and then (progress); ``BenchFailed`` as soon
+    as one fails or the deadline passes (the others would otherwise wait for it until gloo's
+    timeout)."""
     while any(p.poll() is None for p in procs):
+        if tick is not None:
+            tick()
         failed = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
         if failed:
             raise BenchFailed(f"ranks {failed} failed; their logs: {out}/rank*.log")
@@ -505,7 +496,7 @@ def run(
         try:
             for r in range(ranks):
                 procs.append(bed.launch(r, argv, out / f"rank{r}.log"))
-            _wait_all(procs, time.monotonic() + timeout, out)
+            wait_all(procs, time.monotonic() + timeout, out)
         finally:
             for p in procs:
                 if p.poll() is None:
@@ -514,7 +505,7 @@ def run(
         failed = [r for r, p in enumerate(procs) if p.returncode != 0]
         if failed or not result.exists():
             raise BenchFailed(f"ranks {failed} failed; their logs: {out}/rank*.log")
-        summary = summarise(json.loads(result.read_text()), ranks, bandwidth, model)
+        summary = summarise(json.loads(result.read_text()), ranks, bandwidth, model, batch_size)
     atomic_write_text(out / "results.json", json.dumps(summary, indent=2) + "\n")
     plot(summary, out / "speedup.png")
     return summary

@@ -41,9 +41,10 @@ from terngrad.comm import CollectiveFailed, Options, rank_seed
 from terngrad.comm.agreement import differing_ranks
 from terngrad.comm.consistency import check_replicas
 from terngrad.quantize.levels import LevelQuantizer
-from terngrad.train import checkpoints, models
+from terngrad.train import baselines, checkpoints, models
 from terngrad.train import data as datasets
 from terngrad.train.progress import Progress
+from terngrad.util import netdev
 from terngrad.util.differences import differences
 from terngrad.util.files import atomic_write_text
 
@@ -70,6 +71,9 @@ class TrainConfig:
     #: how gradients are exchanged; its ``seed`` seeds the whole run (data order,
     #: initialisation, rounding), its ``timeout`` bounds every collective
     exchange: Options = field(default_factory=lambda: Options(timeout=DEFAULT_TIMEOUT))
+    #: PyTorch's own gradient averaging instead of terngrad's hook (``fp32``, ``fp16``,
+    #: ``powersgd``: :mod:`terngrad.train.baselines`); the exchange's seed and timeout still hold
+    baseline: str | None = None
     optimizer: str = "momentum"
     lr: float = 0.01
     momentum: float = 0.9
@@ -97,6 +101,11 @@ class TrainConfig:
             fail(f"unknown dataset {self.dataset!r}; choose one of: {', '.join(datasets.names())}")
         if not isinstance(self.exchange, Options):
             fail(f"exchange must be a terngrad.ddp.Options, got {type(self.exchange).__name__}")
+        if self.baseline is not None and self.baseline not in baselines.BASELINES:
+            fail(
+                f"unknown baseline {self.baseline!r}; choose one of: "
+                f"{', '.join(baselines.BASELINES)}"
+            )
         if self.exchange.timeout is None:  # a run's collectives always wait a bounded time
             object.__setattr__(self, "exchange", self.exchange.replace(timeout=DEFAULT_TIMEOUT))
         if self.optimizer not in OPTIMIZERS:
@@ -123,6 +132,11 @@ class TrainConfig:
             )
         if self.batch_size is not None and self.batch_size < 1:
             fail(f"batch-size must be at least 1, got {self.batch_size}")
+
+    @property
+    def method(self) -> str:
+        """How gradients are averaged, in a word: the baseline's name or the quantizer's."""
+        return self.baseline or self.exchange.quantizer
 
     @property
     def worker_batch(self) -> int:
@@ -267,8 +281,11 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
         cfg.exchange.seed
     )  # identical initial replicas (DDP also broadcasts rank 0's)
     model = models.build(cfg.model, data.input_shape, data.num_classes, cfg.dropout)
-    ddp = nn.parallel.DistributedDataParallel(model)
-    state = terngrad.ddp.register(ddp, options=cfg.exchange)
+    if cfg.baseline is None:
+        ddp = nn.parallel.DistributedDataParallel(model)
+        state = terngrad.ddp.register(ddp, options=cfg.exchange)
+    else:  # PyTorch's own averaging: no hook state, nothing skipped, no bytes counted by us
+        ddp, state = baselines.wrap(model, cfg.baseline, cfg.exchange.seed), None
     optimizer = _optimizer(cfg, model.parameters())
     schedule = _schedule(cfg, optimizer)
     sampler = datasets.ShardSampler(
@@ -276,15 +293,19 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
     )
 
     start, elapsed = 0, 0.0
+    clock = _StepClock(netdev.interface_from_env())
     checkpoint_path = resume_point(cfg, resume)
     if checkpoint_path is not None:
         ckpt = load_checkpoint(checkpoint_path, cfg)
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         schedule.load_state_dict(ckpt["schedule"])
-        state.load_state_dict(ckpt["hook_states"][rank])
+        if state is not None:
+            state.load_state_dict(ckpt["hook_states"][rank])
         torch.set_rng_state(ckpt["rng_states"][rank])  # dropout draws continue where they were
         start, elapsed = ckpt["step"], ckpt["seconds"]
+        clock.train_seconds = ckpt.get("train_seconds", elapsed)
+        clock.wire_bytes = (ckpt.get("wire_bytes") or [0] * world)[rank]
     every = cfg.checkpoint_every or cfg.eval_every
 
     progress = Progress(cfg.steps, start, enabled=cfg.progress and rank == 0)
@@ -296,6 +317,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
     accuracy = math.nan
     skipped_in_a_row = 0
     for step in range(start, cfg.steps):
+        clock.start()
         x, y = data.train_batch(
             sampler.batch(step),
             torch.Generator().manual_seed(rank_seed(cfg.exchange.seed + step, rank)),
@@ -306,7 +328,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
             loss.backward()
         except RuntimeError as exc:  # DDP wraps the hook's error in its own text
             raise _hook_error(exc) from None
-        if not state.last_step_skipped:
+        if state is None or not state.last_step_skipped:
             optimizer.step()
             skipped_in_a_row = 0
         else:
@@ -321,6 +343,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
                 )
         schedule.step()
         losses.append(loss.item())
+        clock.stop()
         done = step + 1
         if cfg.check_replicas_every and done % cfg.check_replicas_every == 0:
             check_replicas(model, step=done)
@@ -332,8 +355,10 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
                 "loss": test_loss,
                 "accuracy": accuracy,
                 "train_loss": sum(losses) / len(losses),
-                "bytes_sent": state.stats.bytes_sent,
+                "bytes_sent": state.stats.bytes_sent if state is not None else None,
                 "seconds": seconds,
+                "train_seconds": clock.train_seconds,
+                "wire_bytes": clock.mean_wire_bytes(),
             }
             losses = []
             if rank == 0:  # first the record, then the checkpoint: a crash between the two
@@ -344,12 +369,55 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
                 )
         if (done % every == 0 or done == cfg.steps) and not skipped_in_a_row:
             seconds = time.perf_counter() - began  # (no checkpoints while steps are skipped)
-            _save_checkpoint(cfg, out, model, optimizer, schedule, state, done, seconds)
-        progress.update(done, loss.item(), accuracy, state.stats.bytes_sent)
+            _save_checkpoint(cfg, out, model, optimizer, schedule, state, done, seconds, clock)
+        progress.update(done, loss.item(), accuracy, _bytes_so_far(state, clock))
     progress.close()
     if cfg.steps <= start:  # nothing left to train: evaluate what the checkpoint holds
         _, accuracy = _evaluate(model, data, rank, world)
-    return _finish(cfg, out, state, accuracy, time.perf_counter() - began) if rank == 0 else None
+    wire = clock.mean_wire_bytes()  # a collective: every rank
+    if rank != 0:
+        return None
+    return _finish(cfg, out, state, accuracy, time.perf_counter() - began, clock, wire)
+
+
+class _StepClock:
+    """Seconds spent in training steps (evaluations and checkpoints left out) and, inside the
+    testbed, the bytes this rank's interface sent during them."""
+
+    def __init__(self, interface: str | None) -> None:
+        self.interface = interface
+        self.train_seconds = 0.0
+        self.wire_bytes = 0
+        self._began, self._sent = 0.0, 0
+
+    def start(self) -> None:
+        self._began = time.perf_counter()
+        if self.interface:
+            self._sent = netdev.tx_bytes(self.interface)
+
+    def stop(self) -> None:
+        self.train_seconds += time.perf_counter() - self._began
+        if self.interface:
+            self.wire_bytes += netdev.tx_bytes(self.interface) - self._sent
+
+    def all_wire_bytes(self) -> list[int] | None:
+        """Every rank's count (a collective), ``None`` outside the testbed."""
+        if not self.interface:
+            return None
+        counts = torch.tensor([0] * dist.get_world_size(), dtype=torch.int64)
+        counts[dist.get_rank()] = self.wire_bytes
+        dist.all_reduce(counts)
+        return counts.tolist()
+
+    def mean_wire_bytes(self) -> float | None:
+        """Bytes per rank sent on the wire during the steps so far (a collective)."""
+        counts = self.all_wire_bytes()
+        return sum(counts) / len(counts) if counts else None
+
+
+def _bytes_so_far(state, clock: _StepClock) -> int:
+    """What the progress line shows: the hook's count, else this rank's wire bytes."""
+    return state.stats.bytes_sent if state is not None else clock.wire_bytes
 
 
 def _hook_error(exc: RuntimeError) -> RuntimeError:
@@ -361,11 +429,13 @@ def _hook_error(exc: RuntimeError) -> RuntimeError:
     return CollectiveFailed(text[start:].splitlines()[0])
 
 
-def _save_checkpoint(cfg, out, model, optimizer, schedule, state, step, seconds) -> None:
+def _save_checkpoint(cfg, out, model, optimizer, schedule, state, step, seconds, clock) -> None:
     """All ranks' hook states and generators go to rank 0, which writes one checkpoint
-    atomically and keeps the newest ``cfg.keep_checkpoints``."""
+    atomically and keeps the newest ``cfg.keep_checkpoints``. (PyTorch's PowerSGD keeps its
+    error feedback in its own state, which is not saved: a resumed run starts it afresh.)"""
     hook_states: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(hook_states, state.state_dict())
+    dist.all_gather_object(hook_states, state.state_dict() if state is not None else None)
+    wire = clock.all_wire_bytes()
     rng_states: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(rng_states, torch.get_rng_state())
     if dist.get_rank() == 0:
@@ -374,6 +444,8 @@ def _save_checkpoint(cfg, out, model, optimizer, schedule, state, step, seconds)
             "config": cfg.to_dict(),
             "step": step,
             "seconds": seconds,
+            "train_seconds": clock.train_seconds,
+            "wire_bytes": wire,
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
             "schedule": schedule.state_dict(),
@@ -399,31 +471,38 @@ def _truncate_metrics(path: Path, step: int) -> None:
     atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
-def _finish(cfg: TrainConfig, out: Path, state, accuracy: float, seconds: float) -> dict:
+def _finish(cfg, out: Path, state, accuracy: float, seconds: float, clock, wire) -> dict:
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    stats = state.stats
+    stats = state.stats if state is not None else None
     summary = {
+        "method": cfg.method,
         "accuracy": accuracy,
         "best_accuracy": max((m["accuracy"] for m in metrics), default=accuracy),
         "steps": cfg.steps,
-        "bytes_sent_per_rank": stats.bytes_sent,
-        "bytes_received_per_rank": stats.bytes_received,
-        "bytes_sent_per_step": stats.bytes_sent_per_step,
-        "skipped_steps": stats.skipped_steps,
+        # what terngrad's hook handed to the collectives (None for PyTorch's baselines)
+        "bytes_sent_per_rank": stats.bytes_sent if stats else None,
+        "bytes_received_per_rank": stats.bytes_received if stats else None,
+        "bytes_sent_per_step": stats.bytes_sent_per_step if stats else None,
+        "skipped_steps": stats.skipped_steps if stats else 0,
+        # inside the testbed: what the interfaces sent during the steps, mean over ranks
+        "wire_bytes_per_rank": wire,
+        "wire_bytes_per_step": wire / cfg.steps if wire is not None else None,
         "seconds": seconds,
+        "train_seconds": clock.train_seconds,
         "config": cfg.to_dict(),
     }
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     from terngrad.train.report import write_curves  # matplotlib: rank 0 only, at the end
 
-    write_curves({cfg.exchange.quantizer: metrics}, out / "curves.png", title=_title(cfg))
+    write_curves({cfg.method: metrics}, out / "curves.png", title=_title(cfg))
     return summary
 
 
 def _title(cfg: TrainConfig) -> str:
     x = cfg.exchange
+    how = f"PyTorch {cfg.baseline}" if cfg.baseline else f"{x.quantizer}/{x.topology}"
     return (
-        f"{cfg.model} on {cfg.dataset}, {cfg.workers} workers, {x.quantizer}/{x.topology}, "
+        f"{cfg.model} on {cfg.dataset}, {cfg.workers} workers, {how}, "
         f"batch {cfg.worker_batch}/worker"
     )
 
