@@ -102,6 +102,14 @@ def bench_accuracy(args: argparse.Namespace) -> int:
         base, tuple(args.methods), args.bandwidth, args.target / 100, args.timeout,
         predict_with=tuple(args.predict_with) if args.predict_with else None,
     )  # fmt: skip
+    out = Path(args.out)
+    written = f"Written: {out}/results.json, {out}/results.md, {out}/time-to-accuracy.png"
+    if args.report_only:
+        results = accuracy.report(plan)
+        print(accuracy.markdown(results))
+        print(accuracy.speedup_goal(results))
+        print(written)
+        return 0
     accuracy.check(plan)  # every bad input: one line, status 2, nothing built
     print(
         f"building {args.workers} namespaces with {args.bandwidth} links; {args.model} on "
@@ -113,8 +121,7 @@ def bench_accuracy(args: argparse.Namespace) -> int:
     results = accuracy.run(plan, echo=lambda line: print(line, file=sys.stderr, flush=True))
     print(accuracy.markdown(results))
     print(accuracy.speedup_goal(results))
-    out = Path(args.out)
-    print(f"Written: {out}/results.json, {out}/results.md, {out}/time-to-accuracy.png")
+    print(written)
     return 0
 
 
@@ -606,6 +613,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=_positive_float, default=3600.0, help="seconds per method (3600)"
     )
     g.add_argument("--out", default="runs/accuracy", help="output folder (runs/accuracy)")
+    g.add_argument(
+        "--report-only", action="store_true",
+        help="train nothing: write the report of the methods already trained in --out again "
+        "(another --target, say; no root needed)",
+    )  # fmt: skip
     b.set_defaults(func=bench_accuracy)
 
     from terngrad.bench.model import METHODS as MODELLED

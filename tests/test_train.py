@@ -157,3 +157,25 @@ def test_bad_exchange_options_are_one_line_and_exit_2(tmp_path, capsys, flags, m
     err = capsys.readouterr().err
     assert exc.value.code == 2 and message in err and err.count("\n") == 1, err
     assert not (tmp_path / "run").exists()
+
+
+def test_pytorch_baselines_train_and_each_is_in_effect(tmp_path, capsys):
+    """``--baseline``: PyTorch's own averaging instead of the hook; each one changes the bits
+    (the hook is really registered), none is counted as terngrad traffic, and a run resumes."""
+    params = {}
+    for baseline in ("fp32", "fp16", "powersgd"):
+        out = tmp_path / baseline
+        argv = [*ARGS, "--baseline", baseline, "--check-replicas-every", "2", "--out", str(out)]
+        assert main([*argv, "--steps", "4"]) == 0
+        assert f"PyTorch's {baseline} averaging" in capsys.readouterr().out
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["method"] == baseline and summary["bytes_sent_per_rank"] is None
+        assert summary["wire_bytes_per_step"] is None  # counted only inside the testbed
+        assert 0 < summary["train_seconds"] < summary["seconds"]
+        params[baseline] = checkpoints.load(checkpoints.latest(out))["model"]
+    assert main([*argv, "--steps", "6"]) == 0  # PowerSGD resumes (its memory afresh)
+    assert [m["step"] for m in _metrics(tmp_path / "powersgd")] == [2, 4, 6]
+    for a, b in (("fp32", "fp16"), ("fp32", "powersgd"), ("fp16", "powersgd")):
+        assert any(not torch.equal(params[a][k], params[b][k]) for k in params[a]), (a, b)
+    with pytest.raises(ValueError, match="unknown baseline 'int8'"):
+        TrainConfig(out="x", baseline="int8")

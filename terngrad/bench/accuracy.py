@@ -37,7 +37,7 @@ from terngrad.bench import methods as bench_methods
 from terngrad.bench import network
 from terngrad.train import data as datasets
 from terngrad.train import models
-from terngrad.train.trainer import TrainConfig, prepare_out
+from terngrad.train.trainer import PER_NODE, TrainConfig, prepare_out
 from terngrad.util.files import atomic_write, atomic_write_text
 
 DEFAULT_METHODS = ("fp32", "fp16", "powersgd", "terngrad", "terngrad-ps", "qsgd", "orq")
@@ -74,6 +74,14 @@ class Plan:
         return replace(self.base, out=out, baseline=None, exchange=exchange)
 
 
+def _check_target(target: float) -> None:
+    if not 0 < target <= 1:
+        raise ValueError(
+            f"target accuracy {100 * target:g}% can never be reached: give a test "
+            "accuracy in percent, above 0 and at most 100 (for example --target 98.5)"
+        )
+
+
 def check(plan: Plan) -> list[tuple[str, TrainConfig]]:
     """Every check that needs nothing built: methods, target, rate, ranks, root, data, the
     model's inputs; ``ValueError`` with one line for the first that fails."""
@@ -84,11 +92,7 @@ def check(plan: Plan) -> list[tuple[str, TrainConfig]]:
     repeated = sorted({m for m in plan.methods if plan.methods.count(m) > 1})
     if repeated:
         raise ValueError(f"methods given twice: {', '.join(repeated)}")
-    if not 0 < plan.target <= 1:
-        raise ValueError(
-            f"target accuracy {100 * plan.target:g}% can never be reached: give a test "
-            "accuracy in percent, above 0 and at most 100 (for example --target 98.5)"
-        )
+    _check_target(plan.target)
     network.rate_bits(plan.bandwidth)
     network.Testbed(plan.base.workers, plan.bandwidth, plan.prefix)  # 2 to 8 ranks
     try:
@@ -128,6 +132,31 @@ def run(plan: Plan, echo=print) -> dict[str, Any]:
             echo(f"   {name} done in {time.perf_counter() - started:.0f} s: " + _line(
                 _method_row(name, cfg, summary, plan.target)
             ))  # fmt: skip
+    results = summarise(plan, runs)
+    atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
+    atomic_write_text(out / "results.md", markdown(results))
+    plot(results, out / "time-to-accuracy.png")
+    return results
+
+
+def report(plan: Plan) -> dict[str, Any]:
+    """Write the results of methods already trained into ``plan.base.out`` again (for another
+    target, say) without building anything; ``ValueError`` if one has not finished, or was
+    trained with other settings."""
+    _check_target(plan.target)
+    runs = [(name, plan.config(name)) for name in plan.methods]
+    for name, cfg in runs:
+        path = Path(cfg.out) / "summary.json"
+        if not path.exists():
+            raise ValueError(f"{name} has not finished in {cfg.out}: train it first")
+        saved = TrainConfig.from_dict(json.loads(path.read_text())["config"])
+        differing = cfg.diff(saved, ignore=PER_NODE)  # a finished run may be moved
+        if differing:
+            raise ValueError(
+                f"{cfg.out} was trained with other settings ({'; '.join(differing)}): report "
+                "with the settings it was trained with"
+            )
+    out = Path(plan.base.out)
     results = summarise(plan, runs)
     atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
     atomic_write_text(out / "results.md", markdown(results))
@@ -262,10 +291,20 @@ def _step_predictions(plan: Plan) -> dict[str, Any]:
     prof = model.profile_model(base.model)
     calibration = model.calibrate(unshaped, prof)
     checks = model.validate(calibration, [shaped], prof)
+    link = shaped["link_probe"]["bytes_per_second"]
+    gpu = model.Accelerator(batch_size=base.worker_batch)
     return {
         "from": list(plan.predict_with),
         "compute_seconds": shaped["compute_seconds"],
-        "link_bytes_per_second": shaped["link_probe"]["bytes_per_second"],
+        "link_bytes_per_second": link,
+        "communication_ratio": model.communication_ratio(
+            prof, base.workers, link, shaped["compute_seconds"]
+        ),
+        "gpu_communication_ratios": {
+            "assumptions": f"8 GPUs at {gpu.flops_per_s / 1e12:g} TFLOP/s, batch "
+            f"{gpu.batch_size}, Ethernet at 95.7% of line rate",
+            "ratios": model.gpu_ratios(workers=8, gpu=gpu),
+        },
         "host_bytes_per_second": calibration.host_bytes_per_s,
         "step_seconds": {c.method: c.predicted for c in checks},
         "bench_step_seconds": {c.method: c.measured for c in checks},
@@ -375,6 +414,17 @@ def markdown(results: dict[str, Any]) -> str:
             f"{p['link_bytes_per_second'] / 1e6:.1f} MB/s); time to target = measured steps "
             "to target x predicted step time.\n"
         )
+        gpus = p["gpu_communication_ratios"]
+        others = "; ".join(
+            f"{name} {r['1 GbE']:.0f} on 1 GbE, {r['10 GbE']:.1f} on 10 GbE"
+            for name, r in gpus["ratios"].items()
+        )
+        text += (
+            f"\nCommunication against compute: an fp32 ring all-reduce of {results['model']}'s "
+            f"gradients over this link takes {p['communication_ratio']:.1f}x the compute time "
+            f"of a step here; the same ratio for GPU clusters ({gpus['assumptions']}): "
+            f"{others}.\n"
+        )
     return text
 
 
@@ -382,9 +432,9 @@ def _times(value: float | None) -> str:
     return f"{value:.2f}x" if value is not None else "-"
 
 
-def plot(results: dict[str, Any], path: Path) -> None:
+def plot(results: dict[str, Any], path: Path) -> tuple[list[str], list[str]]:
     """Test accuracy against training seconds (left) and against steps (right), every method
-    in both, the target as a dashed line."""
+    in both, the target as a dashed line; returns the methods drawn in each panel."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -416,10 +466,15 @@ def plot(results: dict[str, Any], path: Path) -> None:
         f"{results['bandwidth']} links: time to {target:g}% (measured)"
     )
     fig.tight_layout()
+    drawn = tuple(
+        [line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")]
+        for ax in (by_time, by_step)
+    )
     try:
         atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))
     finally:
         plt.close(fig)
+    return drawn
 
 
 def speedup_goal(results: dict[str, Any], method: str = "terngrad") -> str:

@@ -515,6 +515,37 @@ class Accelerator:
         return 3 * prof.forward_flops * self.batch_size / self.flops_per_s
 
 
+def communication_ratio(
+    prof: Profile, workers: int, bytes_per_s: float, compute_seconds: float
+) -> float:
+    """Seconds of an fp32 ring all-reduce of the model's gradients over its compute seconds:
+    how far data-parallel training is held back by the network (TernGrad's regime: well
+    above 1)."""
+    return ring_bytes(4 * prof.numel, workers) / bytes_per_s / compute_seconds
+
+
+#: the GPU clusters the testbed's ratio is set beside: Ethernet at the testbed's TCP efficiency
+ETHERNET = {"1 GbE": 0.957e9 / 8, "10 GbE": 9.57e9 / 8}
+
+
+def gpu_ratios(
+    names: Sequence[str] = ("alexnet", "googlenet", "vgg-a"),
+    workers: int = 8,
+    gpu: Accelerator = Accelerator(),
+) -> dict[str, dict[str, float]]:
+    """:func:`communication_ratio` of ``workers`` GPUs (``gpu``'s FLOP/s and batch) on 1 and
+    10 GbE, per model."""
+    ratios = {}
+    for name in names:
+        prof = profile_model(name)
+        compute = gpu.compute_seconds(prof)
+        ratios[name] = {
+            link: communication_ratio(prof, workers, rate, compute)
+            for link, rate in ETHERNET.items()
+        }
+    return ratios
+
+
 def scaling(
     prof: Profile,
     methods: Sequence[str],

@@ -2,11 +2,14 @@
 
 ``launch(config)`` starts ``config.workers`` processes on this machine (``torch.multiprocessing``,
 gloo over loopback) or, with ``nnodes``/``rdzv_endpoint``, hands them to ``torchrun``'s elastic
-agent for a real cluster. Each worker trains the same model under DDP with the terngrad hook,
-reads its own disjoint shard of the training set, and rank 0 writes into ``config.out``:
+agent for a real cluster. Each worker trains the same model under DDP with the terngrad hook
+(or one of PyTorch's own ways, ``baseline``: :mod:`terngrad.train.baselines`), reads its own
+disjoint shard of the training set, and rank 0 writes into ``config.out``:
 
 * ``metrics.jsonl`` — one JSON object per evaluation: step, loss and accuracy on the test set,
-  train_loss (mean since the last evaluation), bytes_sent (this rank, cumulative), seconds;
+  train_loss (mean since the last evaluation), bytes_sent (the hook's count, this rank,
+  cumulative), seconds (wall clock), train_seconds (the steps alone), wire_bytes (inside the
+  testbed of :mod:`terngrad.bench.accuracy`: what the ranks' interfaces sent during the steps);
 * ``summary.json`` — final accuracy, bytes per rank, wall time, the full config;
 * ``checkpoint-<step>.pt`` — model, optimizer, schedule, every rank's hook state and random
   generator, written atomically with a checksum (:mod:`terngrad.train.checkpoints`) every

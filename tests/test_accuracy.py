@@ -1,0 +1,152 @@
+"""``terngrad bench accuracy``: time to target, the methods' configurations, bad input refused
+before anything is built, and a real 2-rank, 2-method run on the shaped testbed.
+
+The testbed run needs root and iproute2; without them it is skipped with the reason. It uses its
+own namespace prefix, so it never touches a benchmark the user may be running.
+"""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from terngrad.bench import accuracy, network
+from terngrad.cli import main
+from terngrad.comm import Options
+from terngrad.train import models
+from terngrad.train.trainer import TrainConfig
+from tests.test_network import WHY_NOT
+
+PREFIX = "tgacc"
+
+
+def _base(out, **changes) -> TrainConfig:
+    settings = dict(
+        out=str(out), model="mlp", dataset="mnist", workers=2, batch_size=64, steps=20,
+        eval_every=10, progress=False, keep_checkpoints=1, exchange=Options(timeout=120),
+    )  # fmt: skip
+    return TrainConfig(**{**settings, **changes})
+
+
+def test_time_to_target_is_the_first_evaluation_that_reaches_it():
+    curve = [
+        {"step": 10, "accuracy": 0.50, "train_seconds": 1.0, "seconds": 1.5},
+        {"step": 20, "accuracy": 0.81, "train_seconds": 2.0, "seconds": 3.0},
+        {"step": 30, "accuracy": 0.79, "train_seconds": 3.0, "seconds": 4.5},
+        {"step": 40, "accuracy": 0.90, "train_seconds": 4.0, "seconds": 6.0},
+    ]
+    assert accuracy.time_to_target(curve, 0.8) == {"step": 20, "train_seconds": 2.0, "seconds": 3.0}
+    assert accuracy.time_to_target(curve, 0.9)["step"] == 40
+    assert accuracy.time_to_target(curve, 0.95) is None
+
+
+def test_every_method_gets_its_own_configuration(tmp_path):
+    plan = accuracy.Plan(_base(tmp_path), ("fp32", "powersgd", "terngrad-ps", "qsgd"), "1gbit", 0.9)
+    fp32, powersgd, ps, qsgd = (plan.config(m) for m in plan.methods)
+    assert (fp32.baseline, powersgd.baseline, ps.baseline, qsgd.baseline) == (
+        "fp32", "powersgd", None, None,
+    )  # fmt: skip
+    assert (ps.exchange.quantizer, ps.exchange.topology) == ("terngrad", "ps")
+    assert (qsgd.exchange.quantizer, qsgd.exchange.quantizer_options) == ("qsgd", {"levels": 5})
+    assert qsgd.out == str(tmp_path / "qsgd")
+    # everything else is the same run
+    assert not fp32.diff(qsgd, ignore=("out", "baseline", "quantizer", "quantizer_options"))
+
+
+def _refused(capsys, argv, monkeypatch, tmp_path) -> str:
+    built = []
+    monkeypatch.setattr(network.Testbed, "__enter__", lambda self: built.append(self))
+    out = tmp_path / "never"
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "accuracy", "--model", "mlp", "--workers", "2", "--out", str(out), *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not built and not out.exists()  # nothing built, nothing written
+    return err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--target", "101"], "target accuracy 101% can never be reached"),
+        (["--target", "0"], "can never be reached"),
+        (["--target", "90", "--methods", "fp32", "nosuch"], "unknown method 'nosuch'"),
+        (["--target", "90", "--methods", "fp32", "fp32"], "methods given twice: fp32"),
+        (["--target", "90", "--bandwidth", "fast"], "bandwidth must be a rate"),
+        (["--target", "90", "--workers", "9"], "the testbed has 2 to 8 ranks"),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(capsys, monkeypatch, tmp_path, argv, message):
+    assert message in _refused(capsys, argv, monkeypatch, tmp_path)
+
+
+def test_a_bandwidth_without_root_is_refused_before_anything_is_built(
+    capsys, monkeypatch, tmp_path
+):
+    monkeypatch.setattr(network.os, "geteuid", lambda: 1000)
+    err = _refused(capsys, ["--target", "90"], monkeypatch, tmp_path)
+    assert "--bandwidth 100mbit" in err and "needs root" in err
+
+
+def test_predictions_must_come_from_the_same_setting(tmp_path):
+    summary = {"ranks": 2, "bandwidth": "unlimited", "model": "lenet", "batch_size": 64,
+               "compute_seconds": 0.1, "methods": []}  # fmt: skip
+    path = tmp_path / "net.json"
+    path.write_text(json.dumps(summary))
+    plan = accuracy.Plan(
+        _base(tmp_path / "run"), ("fp32",), "100mbit", 0.5, predict_with=(str(path), str(path))
+    )
+    with pytest.raises(ValueError, match="same model, ranks and --batch-size"):
+        accuracy._step_predictions(plan)
+
+
+@pytest.mark.skipif(WHY_NOT is not None, reason=f"testbed: {WHY_NOT}")
+def test_two_ranks_two_methods_on_the_shaped_testbed(tmp_path):
+    plan = accuracy.Plan(
+        _base(tmp_path), ("fp32", "terngrad"), "100mbit", 0.3, timeout=300, prefix=PREFIX
+    )
+    lines: list[str] = []
+    results = accuracy.run(plan, echo=lines.append)
+    assert not [n for n in network._namespaces() if n.startswith(f"{PREFIX}-")]  # torn down
+    fp32, tern = results["methods"]
+    assert (fp32["method"], tern["method"]) == ("fp32", "terngrad")
+    for row in (fp32, tern):
+        assert [m["step"] for m in row["curve"]] == [10, 20]
+        assert 0 < row["curve"][0]["train_seconds"] < row["curve"][1]["train_seconds"]
+        assert row["train_seconds"] == row["curve"][-1]["train_seconds"]
+    # a 2-rank ring all-reduce sends the MLP's gradients once in fp32, plus TCP/IP headers
+    nbytes = 4 * sum(p.numel() for p in models.build("mlp", (1, 28, 28), 10).parameters())
+    assert nbytes <= fp32["wire_bytes_per_step"] < 1.1 * nbytes
+    assert fp32["hook_bytes_per_step"] is None  # PyTorch's own all-reduce: no hook counting
+    assert (
+        tern["hook_bytes_per_step"] <= tern["wire_bytes_per_step"] < fp32["wire_bytes_per_step"] / 5
+    )
+    assert any("fp32 step 10: test accuracy" in line for line in lines)  # progress on the way
+    out = Path(tmp_path)
+    table = (out / "results.md").read_text()
+    assert "| fp32 |" in table and "| terngrad |" in table
+    assert json.loads((out / "results.json").read_text())["methods"][1]["method"] == "terngrad"
+    drawn = accuracy.plot(results, out / "again.png")
+    assert drawn == (["fp32", "terngrad"], ["fp32", "terngrad"])  # every method, both panels
+    assert (out / "time-to-accuracy.png").stat().st_size > 10_000
+    # run again: every method resumes from its last checkpoint, nothing is trained twice
+    again = accuracy.run(plan, echo=lines.append)
+    assert [r["train_seconds"] for r in again["methods"]] == [
+        r["train_seconds"] for r in results["methods"]
+    ]
+    # the report again, for another target, without training or building anything
+    lower = accuracy.report(replace(plan, target=0.15))
+    assert [r["method"] for r in lower["methods"]] == ["fp32", "terngrad"]
+    assert all(r["reached"] and r["reached"]["step"] == 10 for r in lower["methods"])
+    assert "# Time to 15%" in (out / "results.md").read_text()
+    other = replace(plan, base=replace(plan.base, lr=0.5))
+    with pytest.raises(ValueError, match=r"trained with other settings .*lr=0.01 instead of 0.5"):
+        accuracy.report(other)
+
+
+def test_a_report_needs_finished_runs(tmp_path):
+    plan = accuracy.Plan(_base(tmp_path), ("fp32",), "100mbit", 0.5)
+    with pytest.raises(ValueError, match=r"fp32 has not finished in .*: train it first"):
+        accuracy.report(plan)
