@@ -245,6 +245,32 @@ class Testbed:
         with log.open("w") as out:  # the child keeps its own descriptor
             return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
 
+    def run(
+        self,
+        argv: Sequence[str],
+        logs: Path,
+        timeout: float,
+        module: str = "terngrad.bench.network",
+        port: int = PORT,
+        tick: Callable[[], None] | None = None,
+    ) -> None:
+        """Every rank runs ``python -m <module> <argv>`` (:meth:`launch`; logs
+        ``logs/rank<r>.log``) until all have finished, calling ``tick`` now and then;
+        ``BenchFailed`` when one fails or ``timeout`` seconds pass, the others killed."""
+        procs: list[subprocess.Popen] = []
+        try:
+            for r in range(self.ranks):
+                procs.append(self.launch(r, argv, logs / f"rank{r}.log", module, port))
+            wait_all(procs, time.monotonic() + timeout, logs, tick)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        failed = [r for r, p in enumerate(procs) if p.returncode != 0]
+        if failed:
+            raise BenchFailed(f"ranks {failed} failed; their logs: {logs}/rank*.log")
+
 
 # --------------------------------------------------------------------------- one rank
 
@@ -492,19 +518,9 @@ def run(
         argv = ["--model", model, "--batch-size", str(batch_size), "--steps", str(steps),
                 "--warmup", str(warmup), "--seed", str(seed), "--timeout", str(int(timeout)),
                 "--result", str(result), "--methods", *methods]  # fmt: skip
-        procs: list[subprocess.Popen] = []
-        try:
-            for r in range(ranks):
-                procs.append(bed.launch(r, argv, out / f"rank{r}.log"))
-            wait_all(procs, time.monotonic() + timeout, out)
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-        failed = [r for r, p in enumerate(procs) if p.returncode != 0]
-        if failed or not result.exists():
-            raise BenchFailed(f"ranks {failed} failed; their logs: {out}/rank*.log")
+        bed.run(argv, out, timeout)
+        if not result.exists():
+            raise BenchFailed(f"rank 0 wrote no result; the ranks' logs: {out}/rank*.log")
         summary = summarise(json.loads(result.read_text()), ranks, bandwidth, model, batch_size)
     atomic_write_text(out / "results.json", json.dumps(summary, indent=2) + "\n")
     plot(summary, out / "speedup.png")
