@@ -441,13 +441,12 @@ def plot(results: dict[str, Any], path: Path) -> tuple[list[str], list[str]]:
             by_time.plot(r["reached"]["train_seconds"], 100 * results["target"], "o",
                          color=line.get_color(), markersize=8, fillstyle="none")  # fmt: skip
     target = 100 * results["target"]
-    low = min((100 * m["accuracy"] for r in results["methods"] for m in r["curve"]),
-              default=target)  # fmt: skip
+    values = [100 * m["accuracy"] for r in results["methods"] for m in r["curve"]] or [target]
     for ax, label in ((by_time, "training seconds (wall-clock)"), (by_step, "step")):
         ax.axhline(target, color="gray", linestyle="--", linewidth=0.8)
         ax.set_xlabel(label)
         ax.grid(True, alpha=0.3)
-        ax.set_ylim(max(low, target - 10) - 0.5, min(100, target + 2))
+        ax.set_ylim(max(min(values), target - 10) - 0.5, min(100, max(*values, target) + 0.5))
     by_time.set_ylabel("test accuracy (%)")
     by_step.legend(loc="lower right")
     fig.suptitle(
