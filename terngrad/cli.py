@@ -110,14 +110,7 @@ def bench_accuracy(args: argparse.Namespace) -> int:
         print(accuracy.speedup_goal(results))
         print(written)
         return 0
-    accuracy.check(plan)  # every bad input: one line, status 2, nothing built
-    print(
-        f"building {args.workers} namespaces with {args.bandwidth} links; {args.model} on "
-        f"{args.dataset}, {len(plan.methods)} methods x {args.steps} steps, target "
-        f"{args.target:g}% ...",
-        file=sys.stderr,
-        flush=True,
-    )
+    # every bad input fails in run's checks first: one line, status 2, nothing built
     results = accuracy.run(plan, echo=lambda line: print(line, file=sys.stderr, flush=True))
     print(accuracy.markdown(results))
     print(accuracy.speedup_goal(results))

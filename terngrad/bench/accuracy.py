@@ -122,8 +122,13 @@ def run(plan: Plan, echo=print) -> dict[str, Any]:
     runs = check(plan)
     levels = any(isinstance(c.exchange.make_quantizer(), LevelQuantizer) for _, c in runs)
     kernels.warm_up(levels=levels)  # compiled once here, loaded from the cache by every rank
-    out = Path(plan.base.out)
-    with network.Testbed(plan.base.workers, plan.bandwidth, plan.prefix) as bed:
+    out, base = Path(plan.base.out), plan.base
+    echo(
+        f"building {base.workers} namespaces with {plan.bandwidth} links; {base.model} on "
+        f"{base.dataset}, {len(plan.methods)} methods x {base.steps} steps, target "
+        f"{100 * plan.target:g}% ..."
+    )
+    with network.Testbed(base.workers, plan.bandwidth, plan.prefix) as bed:
         for i, (name, cfg) in enumerate(runs):
             echo(f"== {name} ({bench_methods.METHODS[name].label}): {cfg.steps} steps")
             started = time.perf_counter()
