@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any
 
@@ -73,6 +74,7 @@ def bench_network(args: argparse.Namespace) -> int:
     summary = network.run(
         args.ranks, args.bandwidth, args.model, args.methods, Path(args.out),
         batch_size=args.batch_size, steps=args.steps, warmup=args.warmup, timeout=args.timeout,
+        input_shape=args.input_shape,
     )  # fmt: skip
     print(network.table(summary))
     print(f"Written: {args.out}/results.json, {args.out}/speedup.png")
@@ -126,7 +128,7 @@ def model_validate(args: argparse.Namespace) -> int:
 
     base = model.load_summary(args.calibrate)
     runs = [model.load_summary(r) for r in args.runs]
-    prof = model.profile_model(base["model"])
+    prof = model.profile_model(base["model"], base.get("input_shape"))
     calibration = model.calibrate(base, prof)
     checks = model.validate(calibration, runs, prof)
     table = model.validation_table(calibration, checks)
@@ -358,15 +360,18 @@ def demo(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- parser
 
 
-def _number(kind: type, minimum: float, strict: bool, what: str):
-    """An argparse type: ``kind`` (int or float) at least (or, if ``strict``, above) ``minimum``."""
+def _number(kind: type, minimum: float, strict: bool, what: str, below: float = math.inf):
+    """An argparse type: a finite ``kind`` (int or float) at least (or, if ``strict``, above)
+    ``minimum`` and under ``below``."""
 
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if value < minimum or (strict and value == minimum):
+        if not (math.isfinite(value) and value >= minimum and value < below) or (
+            strict and value == minimum
+        ):
             raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
         return value
 
@@ -375,7 +380,16 @@ def _number(kind: type, minimum: float, strict: bool, what: str):
 
 _positive_int = _number(int, 1, False, "a positive integer")
 _non_negative_int = _number(int, 0, False, "an integer >= 0")
-_positive_float = _number(float, 0.0, True, "a positive number")
+_positive_float = _number(float, 0.0, True, "a positive finite number")
+_non_negative_float = _number(float, 0.0, False, "a finite number >= 0")
+_fraction = _number(float, 0.0, False, "a number from 0 up to (not including) 1", below=1.0)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (what was wrong, and where the help is)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def add_exchange_arguments(p: argparse.ArgumentParser) -> None:
@@ -430,7 +444,9 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", default="lenet", choices=models.names())
     g.add_argument("--dataset", default="mnist", choices=data.names())
     g.add_argument("--data-dir", help="folder of the data set's files (CIFAR-10: required)")
-    g.add_argument("--dropout", type=float, help="dropout ratio of the model's dropout layers")
+    g.add_argument(
+        "--dropout", type=_fraction, help="dropout ratio of the model's dropout layers, [0, 1)"
+    )
     g = p.add_argument_group("workers")
     g.add_argument("--workers", type=_positive_int, default=4, help="processes (total)")
 
@@ -441,8 +457,8 @@ def _add_optimisation_arguments(p: argparse.ArgumentParser, eval_every: int = 50
     g = p.add_argument_group("optimisation")
     g.add_argument("--optimizer", default="momentum", choices=OPTIMIZERS)
     g.add_argument("--lr", type=_positive_float, default=0.01)
-    g.add_argument("--momentum", type=float, default=0.9)
-    g.add_argument("--weight-decay", type=float, default=0.0)
+    g.add_argument("--momentum", type=_fraction, default=0.9, help="[0, 1) (0.9)")
+    g.add_argument("--weight-decay", type=_non_negative_float, default=0.0)
     g.add_argument("--lr-schedule", default="constant", choices=SCHEDULES)
     g.add_argument("--lr-power", type=_positive_float, default=0.5, help="poly schedule power")
     g.add_argument("--batch-size", type=_positive_int, help="per worker (default 64)")
@@ -500,7 +516,7 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="terngrad",
         description="Communication-efficient data-parallel training with quantized gradients.",
     )
@@ -562,6 +578,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--model", default="alexnet", choices=models.names())
     b.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=list(METHODS))
     b.add_argument("--batch-size", type=_positive_int, default=8, help="examples per rank")
+    b.add_argument(
+        "--input-shape", type=_positive_int, nargs=3, metavar=("C", "H", "W"),
+        help="the synthetic images' shape (the model's own: 3 224 224 for alexnet, 3 32 32 for "
+        "cifarnet; Fashion-MNIST's is 1 28 28)",
+    )  # fmt: skip
     b.add_argument("--steps", type=_positive_int, default=5, help="timed steps per method")
     b.add_argument("--warmup", type=_positive_int, default=3, help="untimed steps first")
     b.add_argument("--timeout", type=_positive_float, default=1800.0, help="seconds for it all")
@@ -702,6 +723,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(130, f"terngrad: interrupted{f' ({exc})' if str(exc) else ''}\n")
     except torch.multiprocessing.ProcessRaisedException as exc:
         last = str(exc).strip().splitlines()[-1]
+        if "Timed out" in last and "another rank" not in last:  # the trainer's own collectives
+            last = f"another rank has died or is stuck; a collective waited --timeout ({last})"
         parser.exit(1, f"terngrad: a worker failed: {last}\n")
     except torch.multiprocessing.ProcessExitedException as exc:  # killed, or crashed hard
         parser.exit(

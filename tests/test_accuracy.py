@@ -98,7 +98,11 @@ def test_predictions_must_come_from_the_same_setting(tmp_path):
     plan = accuracy.Plan(
         _base(tmp_path / "run"), ("fp32",), "100mbit", 0.5, predict_with=(str(path), str(path))
     )
-    with pytest.raises(ValueError, match="same model, ranks and --batch-size"):
+    with pytest.raises(ValueError, match="same model, ranks, --batch-size and --input-shape"):
+        accuracy._step_predictions(plan)
+    summary.update(model="mlp", input_shape=[3, 32, 32])  # all else matches: the shape not
+    path.write_text(json.dumps(summary))
+    with pytest.raises(ValueError, match=r"'input_shape': \[3, 32, 32\]\}, this run trains"):
         accuracy._step_predictions(plan)
 
 

@@ -1,6 +1,8 @@
 """Fault injection: damaged checkpoints, a SIGKILLed run resumed bit for bit, NaN steps,
 diverged replicas, a stuck rank, and every kind of bad input — each with one clear error."""
 
+import json
+import math
 import os
 import signal
 import subprocess
@@ -118,7 +120,7 @@ def test_a_stuck_rank_fails_the_others_within_the_timeout():
         ([*RUN, "--steps", "-3"], "expected a positive integer"),
         ([*RUN, "--steps", "0"], "expected a positive integer"),
         ([*RUN[:1], "--model", "resnet"], "invalid choice: 'resnet'"),
-        ([*RUN, "--timeout", "0"], "expected a positive number"),
+        ([*RUN, "--timeout", "0"], "expected a positive finite number"),
         ([*RUN, "--check-replicas-every", "-1"], "expected an integer >= 0"),
         ([*RUN, "--resume", "nowhere.pt"], "no checkpoint at nowhere.pt"),
         (["bench", "network", "--bandwidth", "fast"], "bandwidth must be a rate"),
@@ -133,6 +135,81 @@ def test_bad_input_gets_one_line_and_status_2(tmp_path, capsys, argv, message):
     err = capsys.readouterr().err
     assert message in err
     assert not (tmp_path / "x").exists() or not list((tmp_path / "x").iterdir())
+
+
+BAD_VALUES = [
+    (["--lr", "inf"], "argument --lr: expected a positive finite number, got inf"),
+    (["--lr", "nan"], "argument --lr: expected a positive finite number, got nan"),
+    (["--momentum", "inf"], "argument --momentum: expected a number from 0 up to"),
+    (["--momentum", "-1"], "argument --momentum: expected a number from 0 up to"),
+    (["--momentum", "1"], "argument --momentum: expected a number from 0 up to"),
+    (["--weight-decay", "inf"], "argument --weight-decay: expected a finite number >= 0"),
+    (["--weight-decay", "-1"], "argument --weight-decay: expected a finite number >= 0"),
+    (["--lr-power", "inf"], "argument --lr-power: expected a positive finite number"),
+    (["--clip", "2", "--no-clip"], "give --clip or --no-clip, not both"),
+    (["--dropout", "-1"], "argument --dropout: expected a number from 0 up to"),
+    (["--dropout", "1.5"], "argument --dropout: expected a number from 0 up to"),
+    (["--dropout", "inf"], "argument --dropout: expected a number from 0 up to"),
+    (["--dropout", "nan"], "argument --dropout: expected a number from 0 up to"),
+    (["--seed", "1" * 31], "seed must be an integer from -2**63 to 2**63 - 1"),
+    (["--timeout", "inf"], "argument --timeout: expected a positive finite number, got inf"),
+    (["--timeout", "1e30"], "timeout must be a positive number of seconds, at most 31536000"),
+    (["--kernels", "triton"], "--kernels triton runs on CUDA tensors"),
+    (["--policy", "auto", "--quantizer", "linear"], "policy 'auto' predicts the exchange"),
+    (["--rdzv-endpoint", "foo:bar"], "--rdzv-endpoint 'foo:bar' is not HOST:PORT"),
+    (["--workers", "100000"], "--workers 100000 would start 100000 processes on this machine"),
+    (["--nnodes", "2", "--node-rank", "5"], "--node-rank 5 is not a node of a 2-node run"),
+    (["--batch-size", "100000"], "a batch of 100000 per worker is larger than each worker's"),
+    (["--dataset", "cifar10"], "CIFAR-10 needs --data-dir"),
+    (["--bogus"], "terngrad: error: unrecognized arguments: --bogus (see terngrad --help)"),
+    (["--out"], "terngrad train: error: argument --out: expected one argument (see terngrad"),
+    (["--out", ""], "out must name a folder, got ''"),
+]
+
+
+@pytest.mark.parametrize("flags, message", BAD_VALUES, ids=[" ".join(f) for f, _ in BAD_VALUES])
+def test_bad_values_are_refused_before_any_worker_starts(tmp_path, capsys, monkeypatch, flags,
+                                                         message):  # fmt: skip
+    """Exit status 2, one line, no worker started, nothing written."""
+    from torch.distributed import run as torchrun
+
+    from terngrad.train import trainer
+
+    def started(*args, **kwargs):
+        raise AssertionError("a worker was started")
+
+    monkeypatch.setattr(trainer, "_spawn", started)
+    monkeypatch.setattr(torchrun, "main", started)
+    out = tmp_path / "x"
+    with pytest.raises(SystemExit) as exc:
+        main([*RUN, "--steps", "2", "--out", str(out), *flags])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert not out.exists()
+
+
+def test_bad_values_are_refused_by_the_python_api_too():
+    from terngrad.ddp import Options
+    from terngrad.train.trainer import TrainConfig
+
+    for field, value in [("lr", math.inf), ("lr", math.nan), ("momentum", -1.0),
+                         ("weight_decay", math.inf), ("lr_power", math.inf), ("dropout", 1.5),
+                         ("dropout", math.nan), ("out", "")]:  # fmt: skip
+        with pytest.raises(ValueError, match=field.replace("_", "-")):
+            TrainConfig(**{"out": "x", field: value})
+    for timeout in (math.inf, 1e30, math.nan):
+        with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
+            Options(timeout=timeout)
+
+
+def test_model_scale_refuses_infinite_speeds(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["model", "scale", "--gpu-tflops", "inf"])
+    assert exc.value.code == 2
+    assert "argument --gpu-tflops: expected a positive finite number, got inf" in (
+        capsys.readouterr().err
+    )
 
 
 def test_damaged_or_foreign_checkpoints_are_refused_and_kept(tmp_path, capsys):
@@ -229,3 +306,119 @@ def test_a_killed_worker_stops_the_job_with_one_line_and_it_resumes(tmp_path):
     subprocess.run(_train_command(out, 40), check=True, env=env, timeout=600,
                    capture_output=True)  # fmt: skip
     assert checkpoints.steps(out)[-1] == 40
+
+
+def _refused(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize("forgery", ["no hook states", "one generator too few"])
+def test_a_forged_checkpoint_with_a_valid_checksum_is_refused(tmp_path, capsys, forgery):
+    out = tmp_path / "run"
+    base = [*RUN, "--workers", "2", "--eval-every", "2", "--out", str(out)]
+    assert main([*base, "--steps", "2"]) == 0
+    path = checkpoints.latest(out)
+    ckpt = checkpoints.load(path)
+    if forgery == "no hook states":
+        del ckpt["hook_states"]
+        expected = "is not a whole terngrad training checkpoint: its 'hook_states' is missing"
+    else:
+        ckpt["rng_states"] = ckpt["rng_states"][:1]
+        expected = "it holds 2 hook states and 1 generators for 2 workers, at step 2"
+    checkpoints.save(path, ckpt)  # a valid checksum over the forged contents
+    raw = path.read_bytes()
+    assert expected in _refused(capsys, [*base, "--steps", "4"])
+    assert path.read_bytes() == raw
+
+
+def test_the_advice_for_a_damaged_checkpoint_works(tmp_path, capsys):
+    """The refusal says what to do, and doing it resumes from the checkpoint before."""
+    out = tmp_path / "run"
+    base = [*RUN, "--workers", "2", "--eval-every", "2", "--out", str(out)]
+    assert main([*base, "--steps", "4"]) == 0
+    newest = checkpoints.path_for(out, 4)
+    newest.write_bytes(newest.read_bytes()[:-10])
+    err = _refused(capsys, [*base, "--steps", "6"])
+    assert f"checkpoint {newest} is damaged (truncated or modified" in err
+    assert (
+        f"move it out of --out {out} (or delete it) and run the same command again to resume "
+        "from the one before it (step 2)"
+    ) in err
+    older = str(checkpoints.path_for(out, 2))  # --resume the older one: the damaged one first
+    err = _refused(capsys, [*base, "--steps", "6", "--resume", older])
+    assert "delete the newer checkpoints first" in err and "--resume" not in err.split(":")[-1]
+    newest.unlink()  # the advice
+    assert main([*base, "--steps", "6"]) == 0
+    assert checkpoints.steps(out)[-1] == 6
+    steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [2, 4, 6]
+
+
+def test_a_stopped_worker_ends_the_run_soon_after_the_timeout(tmp_path):
+    """SIGSTOP one worker: the other fails within --timeout, and the launcher kills the stopped
+    one (it takes no SIGTERM) and exits within seconds, not after torch's 30 s."""
+    from terngrad.train.trainer import STOP_GRACE
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    out = tmp_path / "run"
+    argv = [
+        sys.executable,
+        "-m",
+        "terngrad.cli",
+        *RUN,
+        "--workers",
+        "2",
+        "--steps",
+        "400",
+        "--eval-every",
+        "100",
+        "--checkpoint-every",
+        "2",
+        "--timeout",
+        "3",
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.Popen(argv, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not checkpoints.steps(out):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
+        workers = [
+            int(p) for p in children.stdout.split()
+            if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()
+            and b"resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes()
+        ]  # fmt: skip
+        assert len(workers) == 2, children.stdout
+        os.kill(workers[1], signal.SIGSTOP)
+        stopped = time.monotonic()
+        _, err = proc.communicate(timeout=120)
+        waited = time.monotonic() - stopped
+        assert _gone(workers[1])  # the launcher killed the stopped worker
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 1, err
+    assert "another rank has died or is stuck" in err and len(err.strip().splitlines()) <= 3
+    assert waited < 3 + 2 * STOP_GRACE + 15  # torch's own join waits 30 s after SIGTERM
+
+
+def _gone(pid: int, seconds: float = 10) -> bool:
+    """Whether process ``pid`` has ended (or is a zombie waiting to be reaped)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.1)
+    return False

@@ -105,6 +105,14 @@ def test_resumed_run_is_bitwise_identical_to_an_uninterrupted_one(tmp_path):
     assert straight["step"] == resumed["step"] == 6
     for name, tensor in straight["model"].items():
         assert torch.equal(tensor, resumed["model"][name]), name
+    # and so is its summary: every step in DDP's rebuilt buckets (State.settle_buckets), so
+    # the resumed process's first step frames and counts its bytes as the straight run's did
+    a, b = (
+        json.loads((tmp_path / r / "summary.json").read_text()) for r in ("straight", "resumed")
+    )
+    for key in ("bytes_sent_per_rank", "bytes_received_per_rank", "bytes_sent_per_step",
+                "skipped_steps", "accuracy", "best_accuracy"):  # fmt: skip
+        assert a[key] == b[key], key
 
 
 def test_batch_size_and_total_batch_size_together_are_refused(tmp_path, capsys):

@@ -36,8 +36,8 @@ from typing import Any
 from terngrad.bench import methods as bench_methods
 from terngrad.bench import network
 from terngrad.train import data as datasets
-from terngrad.train import models
-from terngrad.train.trainer import PER_NODE, TrainConfig, prepare_out
+from terngrad.train import models, run_folder, trainer
+from terngrad.train.trainer import PER_NODE, TrainConfig
 from terngrad.util.files import atomic_write, atomic_write_text
 
 DEFAULT_METHODS = ("fp32", "fp16", "powersgd", "terngrad", "terngrad-ps", "qsgd", "orq")
@@ -101,14 +101,11 @@ def check(plan: Plan) -> list[tuple[str, TrainConfig]]:
         raise ValueError(f"--bandwidth {plan.bandwidth}: {exc}") from None
     if plan.predict_with is not None:
         _step_predictions(plan)  # unreadable or mismatched results fail now
-    base = plan.base
-    datasets.load(  # a missing data set fails here, once
-        base.dataset, base.data_dir, synthetic_shape=models.default_input_shape(base.model),
-        synthetic_classes=10, synthetic_size=1,
-    )  # fmt: skip
+    trainer.check_data(plan.base)  # a missing data set or a too large batch fails here, once
     runs = [(name, plan.config(name)) for name in plan.methods]
     for _, cfg in runs:
-        prepare_out(cfg)  # an unwritable folder or another run's checkpoints fail here
+        trainer.check_launch(cfg)
+        trainer.prepare_out(cfg)  # an unwritable folder or another run's files fail here
     return runs
 
 
@@ -128,11 +125,15 @@ def run(plan: Plan, echo=print) -> dict[str, Any]:
         f"{base.dataset}, {len(plan.methods)} methods x {base.steps} steps, target "
         f"{100 * plan.target:g}% ..."
     )
-    with network.Testbed(base.workers, plan.bandwidth, plan.prefix) as bed:
+    with run_folder.claim(out), network.Testbed(base.workers, plan.bandwidth, plan.prefix) as bed:
         for i, (name, cfg) in enumerate(runs):
             echo(f"== {name} ({bench_methods.METHODS[name].label}): {cfg.steps} steps")
             started = time.perf_counter()
-            _train(bed, cfg, PORT + i, plan.timeout, lambda m, n=name: echo(_progress(n, m)))
+            with run_folder.claim(Path(cfg.out)):
+                trainer.prepare_out(cfg)  # again, now that no other run can change the folder
+                run_folder.remove_leftovers(Path(cfg.out))
+                on_eval = lambda m, n=name: echo(_progress(n, m))  # noqa: E731
+                _train(bed, cfg, PORT + i, plan.timeout, on_eval)
             summary = json.loads((Path(cfg.out) / "summary.json").read_text())
             echo(f"   {name} done in {time.perf_counter() - started:.0f} s: " + _line(
                 _method_row(name, cfg, summary, plan.target)
@@ -150,6 +151,11 @@ def report(plan: Plan) -> dict[str, Any]:
     trained with other settings."""
     _check_target(plan.target)
     runs = [(name, plan.config(name)) for name in plan.methods]
+    with run_folder.claim(Path(plan.base.out)):
+        return _report(plan, runs)
+
+
+def _report(plan: Plan, runs: list[tuple[str, TrainConfig]]) -> dict[str, Any]:
     for name, cfg in runs:
         path = Path(cfg.out) / "summary.json"
         if not path.exists():
@@ -173,8 +179,7 @@ def _train(bed: network.Testbed, cfg: TrainConfig, port: int, timeout: float, on
     """One method: its ranks in their namespaces, until they finish; ``on_eval(record)`` for
     each new evaluation; ``BenchFailed`` (with the logs' folder) if a rank fails."""
     out = Path(cfg.out)
-    config_file = out / "config.json"
-    atomic_write_text(config_file, json.dumps({"config": cfg.to_dict(), "resume": None}))
+    config_file = trainer.write_run_config(cfg)
     metrics = out / "metrics.jsonl"
     seen = len(_records(metrics))
 
@@ -269,20 +274,31 @@ def _step_predictions(plan: Plan) -> dict[str, Any]:
     assert plan.predict_with is not None
     unshaped, shaped = (model.load_summary(p) for p in plan.predict_with)
     base = plan.base
+    shape = list(
+        datasets.load(
+            base.dataset,
+            base.data_dir,
+            synthetic_size=1,
+            synthetic_shape=models.default_input_shape(base.model),
+        ).input_shape
+    )
     for path, s in zip(plan.predict_with, (unshaped, shaped), strict=True):
-        wanted = {"model": base.model, "ranks": base.workers, "batch_size": base.worker_batch}
-        found = {k: s.get(k) for k in wanted}
+        wanted = {"model": base.model, "ranks": base.workers, "batch_size": base.worker_batch,
+                  "input_shape": shape}  # fmt: skip
+        found = {k: s.get(k) for k in wanted}  # (results before 0.3: the model's own input)
+        found["input_shape"] = s.get("input_shape") or list(models.default_input_shape(s["model"]))
         if found != wanted:
             raise ValueError(
                 f"{path} measured {found}, this run trains {wanted}: predict from a "
-                "terngrad bench network run of the same model, ranks and --batch-size"
+                "terngrad bench network run of the same model, ranks, --batch-size and "
+                "--input-shape"
             )
     if shaped["bandwidth"] != plan.bandwidth:
         raise ValueError(
             f"{plan.predict_with[1]} was measured at {shaped['bandwidth']}, this run at "
             f"{plan.bandwidth}"
         )
-    prof = model.profile_model(base.model)
+    prof = model.profile_model(base.model, shape)
     calibration = model.calibrate(unshaped, prof)
     checks = model.validate(calibration, [shaped], prof)
     link = shaped["link_probe"]["bytes_per_second"]

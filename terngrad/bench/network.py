@@ -46,6 +46,7 @@ from typing import Any
 import torch
 
 from terngrad.bench import methods as bench_methods
+from terngrad.train import models
 from terngrad.util import netdev
 from terngrad.util.timing import timings
 
@@ -314,12 +315,10 @@ def worker(args: argparse.Namespace) -> None:
     import torch.distributed as dist
     from torch import nn
 
-    from terngrad.train import models
-
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
-    shape = models.default_input_shape(args.model)
+    shape = tuple(args.input_shape) if args.input_shape else models.default_input_shape(args.model)
     gen = torch.Generator().manual_seed(1000 + rank)
     x = torch.randn(args.batch_size, *shape, generator=gen)
     y = torch.randint(0, 10, (args.batch_size,), generator=gen)
@@ -379,8 +378,9 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def summarise(
-    raw: dict, ranks: int, bandwidth: str, model: str, batch_size: int | None = None
-) -> dict:
+    raw: dict, ranks: int, bandwidth: str, model: str, batch_size: int | None = None,
+    input_shape: Sequence[int] | None = None,
+) -> dict:  # fmt: skip
     """Per method: median over steps of the slowest rank's step time, speedup against fp32,
     bytes per rank per step (mean and busiest rank), the encode/decode share; compute time
     and the link probe (an fp32 all-reduce alone) the same way."""
@@ -422,6 +422,7 @@ def summarise(
         "bandwidth": bandwidth,
         "model": model,
         "batch_size": batch_size,
+        "input_shape": list(input_shape or models.default_input_shape(model)),
         "compute_seconds": compute,
         "link_probe": {
             "what": "fp32 ring all-reduce alone, bytes sent per rank / slowest rank's seconds",
@@ -503,9 +504,11 @@ def run(
     seed: int = 0,
     timeout: float = 600.0,
     prefix: str = PREFIX,
+    input_shape: Sequence[int] | None = None,
 ) -> dict:
     """Build the testbed, run every rank, tear it down; write ``results.json`` and
-    ``speedup.png`` into ``out`` and return the summary."""
+    ``speedup.png`` into ``out`` and return the summary. ``input_shape`` (C, H, W): the
+    synthetic batch's images (default: the model's own input, 3x32x32 for ``cifarnet``)."""
     from terngrad.util.files import atomic_write_text
 
     unknown = sorted(set(methods) - set(METHODS))
@@ -518,10 +521,13 @@ def run(
         argv = ["--model", model, "--batch-size", str(batch_size), "--steps", str(steps),
                 "--warmup", str(warmup), "--seed", str(seed), "--timeout", str(int(timeout)),
                 "--result", str(result), "--methods", *methods]  # fmt: skip
+        if input_shape:
+            argv += ["--input-shape", *map(str, input_shape)]
         bed.run(argv, out, timeout)
         if not result.exists():
             raise BenchFailed(f"rank 0 wrote no result; the ranks' logs: {out}/rank*.log")
-        summary = summarise(json.loads(result.read_text()), ranks, bandwidth, model, batch_size)
+        raw = json.loads(result.read_text())
+        summary = summarise(raw, ranks, bandwidth, model, batch_size, input_shape)
     atomic_write_text(out / "results.json", json.dumps(summary, indent=2) + "\n")
     plot(summary, out / "speedup.png")
     return summary
@@ -538,6 +544,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--timeout", type=int, required=True)
     p.add_argument("--result", required=True)
     p.add_argument("--methods", nargs="+", required=True)
+    p.add_argument("--input-shape", type=int, nargs=3)
     worker(p.parse_args(argv))
 
 

@@ -93,6 +93,7 @@ class State:
         self._failed: BaseException | None = None
         self._broken: BaseException | None = None  # the first use failed: every later one too
         self._used = [False]
+        self._rehearsing = False  # settle_buckets: the hook hands buckets back untouched
         weakref.finalize(self, _warn_if_unused, self._used)
         if model is not None:
             self.bind(model)
@@ -137,6 +138,29 @@ class State:
             self.reducer, self._pending = reducer, None
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="terngrad")
         return self.reducer
+
+    def settle_buckets(self, ddp_model: DDP, *inputs: Any) -> None:
+        """One forward and backward of ``ddp_model`` on ``inputs`` that exchanges nothing and
+        changes nothing — eval mode (no dropout draw, no batch-norm statistics), gradients
+        dropped, torch's generator restored — so that DDP rebuilds its buckets in the order the
+        gradients become ready *before* the first real step. Without it DDP's first step uses
+        its initial buckets and the later steps the rebuilt ones; a run resumed from a
+        checkpoint would then frame (and count) its first step differently from the run it
+        continues. Call it once, after registering the hook and before training."""
+        module = ddp_model.module
+        was_training, generator = module.training, torch.get_rng_state()
+        self._rehearsing = True
+        try:
+            module.eval()
+            outputs = ddp_model(*inputs)
+            leaves = outputs if isinstance(outputs, tuple | list) else (outputs,)
+            sum(t.float().sum() for t in leaves if isinstance(t, torch.Tensor)).backward()
+        finally:
+            self._rehearsing = False
+            module.train(was_training)
+            torch.set_rng_state(generator)
+            for p in module.parameters():
+                p.grad = None
 
     # --- what users read
 
@@ -241,8 +265,11 @@ def hook(state, bucket):  # no annotations: DDP checks them, and here they would
             f"terngrad.ddp.hook takes a terngrad.ddp.State, got {type(state).__name__}: "
             "ddp.register_comm_hook(terngrad.ddp.State(...), terngrad.ddp.hook)"
         )
-    state.build()
     future = torch.futures.Future()
+    if state._rehearsing:  # settle_buckets: no exchange, nothing counted
+        future.set_result(bucket.buffer())
+        return future
+    state.build()
     assert state._executor is not None
     state._executor.submit(
         state._run_bucket, bucket.buffer(), bucket.parameters(), bucket.is_last(), future

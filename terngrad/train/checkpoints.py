@@ -57,8 +57,7 @@ def load(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path} is not a terngrad training checkpoint")
     if len(raw) <= head or hashlib.sha256(raw[head:]).digest() != raw[len(MAGIC) : head]:
         raise ValueError(
-            f"checkpoint {path} is damaged (truncated or modified: its checksum does not match); "
-            "resume from an older one with --resume, or delete it"
+            f"checkpoint {path} is damaged (truncated or modified: its checksum does not match)"
         )
     try:
         checkpoint = torch.load(io.BytesIO(raw[head:]), map_location="cpu", weights_only=True)

