@@ -19,3 +19,29 @@ def _compiled_kernels():
 def _deterministic():
     torch.manual_seed(1234)
     yield
+
+
+#: the small run the folder and checkpoint tests start from (2 workers, evaluated every 2 steps)
+SMALL_RUN = ["train", "--model", "mlp", "--dataset", "synthetic", "--quiet", "--workers", "2",
+             "--eval-every", "2"]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory):
+    """``finished_run(steps, dest)``: a copy in ``dest`` of ``SMALL_RUN`` trained ``steps``
+    (2 or 4) steps — trained once per session, copied for each test that alters it."""
+    import shutil
+
+    from terngrad.cli import main
+
+    trained = {}
+    for steps in (2, 4):
+        out = tmp_path_factory.mktemp("finished") / f"run{steps}"
+        assert main([*SMALL_RUN, "--steps", str(steps), "--out", str(out)]) == 0
+        trained[steps] = out
+
+    def copy(steps, dest):
+        shutil.copytree(trained[steps], dest)
+        return dest
+
+    return copy

@@ -318,10 +318,11 @@ def _refused(capsys, argv) -> str:
 
 
 @pytest.mark.parametrize("forgery", ["no hook states", "one generator too few"])
-def test_a_forged_checkpoint_with_a_valid_checksum_is_refused(tmp_path, capsys, forgery):
-    out = tmp_path / "run"
+def test_a_forged_checkpoint_with_a_valid_checksum_is_refused(
+    tmp_path, capsys, forgery, finished_run
+):
+    out = finished_run(2, tmp_path / "run")
     base = [*RUN, "--workers", "2", "--eval-every", "2", "--out", str(out)]
-    assert main([*base, "--steps", "2"]) == 0
     path = checkpoints.latest(out)
     ckpt = checkpoints.load(path)
     if forgery == "no hook states":
@@ -336,11 +337,10 @@ def test_a_forged_checkpoint_with_a_valid_checksum_is_refused(tmp_path, capsys, 
     assert path.read_bytes() == raw
 
 
-def test_the_advice_for_a_damaged_checkpoint_works(tmp_path, capsys):
+def test_the_advice_for_a_damaged_checkpoint_works(tmp_path, capsys, finished_run):
     """The refusal says what to do, and doing it resumes from the checkpoint before."""
-    out = tmp_path / "run"
+    out = finished_run(4, tmp_path / "run")
     base = [*RUN, "--workers", "2", "--eval-every", "2", "--out", str(out)]
-    assert main([*base, "--steps", "4"]) == 0
     newest = checkpoints.path_for(out, 4)
     newest.write_bytes(newest.read_bytes()[:-10])
     err = _refused(capsys, [*base, "--steps", "6"])

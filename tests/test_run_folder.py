@@ -10,13 +10,12 @@ import sys
 import time
 
 import pytest
+from conftest import SMALL_RUN as RUN
 
 from terngrad.cli import main
 from terngrad.train import checkpoints, run_folder
 from terngrad.util.files import atomic_write
 
-RUN = ["train", "--model", "mlp", "--dataset", "synthetic", "--quiet", "--workers", "2",
-       "--eval-every", "2"]  # fmt: skip
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
@@ -63,9 +62,8 @@ def test_a_second_run_on_a_folder_in_use_is_refused_naming_the_holder(tmp_path, 
     assert checkpoints.steps(out)[-1] == done + 2
 
 
-def test_a_killed_writes_temporary_file_is_removed_at_the_next_start(tmp_path):
-    out = tmp_path / "run"
-    assert main([*RUN, "--steps", "2", "--out", str(out)]) == 0
+def test_a_killed_writes_temporary_file_is_removed_at_the_next_start(tmp_path, finished_run):
+    out = finished_run(2, tmp_path / "run")
     writer = subprocess.Popen(  # killed in the middle of an atomic write, as a crash would
         [sys.executable, "-c", "import sys, time; from pathlib import Path; "
          "from terngrad.util.files import atomic_write; atomic_write(Path(sys.argv[1]), "
@@ -87,9 +85,8 @@ def test_a_killed_writes_temporary_file_is_removed_at_the_next_start(tmp_path):
     assert checkpoints.steps(out)[-1] == 4
 
 
-def test_another_runs_outputs_are_never_overwritten(tmp_path, capsys):
-    out = tmp_path / "run"
-    assert main([*RUN, "--steps", "2", "--out", str(out)]) == 0
+def test_another_runs_outputs_are_never_overwritten(tmp_path, capsys, finished_run):
+    out = finished_run(2, tmp_path / "run")
     for path in checkpoints.steps(out):
         checkpoints.path_for(out, path).unlink()
     (out / "config.json").unlink()  # outputs of some run, no checkpoint, no settings: not ours
@@ -98,8 +95,7 @@ def test_another_runs_outputs_are_never_overwritten(tmp_path, capsys):
     assert "holds another run's outputs (metrics.jsonl, summary.json, curves.png)" in err
     assert _files(out) == before
     # the same run killed before its first checkpoint: its config.json says so; it restarts
-    same = tmp_path / "same"
-    assert main([*RUN, "--steps", "2", "--out", str(same)]) == 0
+    same = finished_run(2, tmp_path / "same")
     for step in checkpoints.steps(same):
         checkpoints.path_for(same, step).unlink()
     with (same / "metrics.jsonl").open("a") as f:
@@ -108,10 +104,9 @@ def test_another_runs_outputs_are_never_overwritten(tmp_path, capsys):
     assert [json.loads(x)["step"] for x in (same / "metrics.jsonl").read_text().splitlines()] == [2]
 
 
-def test_resuming_from_another_folder_needs_an_empty_one(tmp_path, capsys):
-    source, target = tmp_path / "source", tmp_path / "target"
-    assert main([*RUN, "--steps", "4", "--out", str(source)]) == 0
-    assert main([*RUN, "--steps", "2", "--out", str(target)]) == 0
+def test_resuming_from_another_folder_needs_an_empty_one(tmp_path, capsys, finished_run):
+    source = finished_run(4, tmp_path / "source")
+    target = finished_run(2, tmp_path / "target")
     before = _files(target)
     err = _refused(
         capsys, [*RUN, "--steps", "6", "--resume", str(checkpoints.path_for(source, 4)),
