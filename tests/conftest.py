@@ -45,3 +45,15 @@ def finished_run(tmp_path_factory):
         return dest
 
     return copy
+
+
+def refused(capsys, argv) -> str:
+    """Run the CLI on ``argv``, which must be refused: exit status 2 and one line, returned."""
+    from terngrad.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err

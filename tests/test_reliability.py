@@ -13,6 +13,7 @@ from pathlib import Path
 import comm_workers as w
 import pytest
 import torch
+from conftest import refused as _refused
 from distributed import run
 
 from terngrad.cli import main
@@ -306,15 +307,6 @@ def test_a_killed_worker_stops_the_job_with_one_line_and_it_resumes(tmp_path):
     subprocess.run(_train_command(out, 40), check=True, env=env, timeout=600,
                    capture_output=True)  # fmt: skip
     assert checkpoints.steps(out)[-1] == 40
-
-
-def _refused(capsys, argv) -> str:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    return err
 
 
 @pytest.mark.parametrize("forgery", ["no hook states", "one generator too few"])

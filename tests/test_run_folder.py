@@ -11,21 +11,13 @@ import time
 
 import pytest
 from conftest import SMALL_RUN as RUN
+from conftest import refused as _refused
 
 from terngrad.cli import main
 from terngrad.train import checkpoints, run_folder
 from terngrad.util.files import atomic_write
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
-
-
-def _refused(capsys, argv) -> str:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    return err
 
 
 def _files(folder):
