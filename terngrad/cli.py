@@ -2,7 +2,8 @@
 
 * ``terngrad demo`` — LeNet on MNIST, 4 workers, fp32 against TernGrad: accuracy, bytes, time.
 * ``terngrad train`` — one training run with N workers (see ``terngrad train --help``).
-* ``terngrad reproduce lenet|cifar|fashion`` — the paper's experiments, with a results table.
+* ``terngrad reproduce lenet|cifar|fashion`` — the paper's experiments, with a results table;
+  ``terngrad reproduce orq`` — the optimal-quantization paper's comparison of quantizers.
 * ``terngrad bench quantizers`` — every quantizer on one gradient: bytes, error, encode time.
 * ``terngrad bench codec`` / ``bench network`` — codec speed; step time on a shaped cluster.
 * ``terngrad model validate`` / ``model scale`` — the performance model against the testbed, and
@@ -93,6 +94,7 @@ def bench_accuracy(args: argparse.Namespace) -> int:
         out=args.out, model=args.model, dataset=args.dataset, data_dir=args.data_dir,
         workers=args.workers, optimizer=args.optimizer, lr=args.lr, momentum=args.momentum,
         weight_decay=args.weight_decay, lr_schedule=args.lr_schedule, lr_power=args.lr_power,
+        warmup_steps=args.warmup_steps, warmup_epochs=args.warmup_epochs,
         batch_size=args.batch_size if given else 64, total_batch_size=args.total_batch_size,
         steps=args.steps, eval_every=args.eval_every, dropout=args.dropout, keep_checkpoints=1,
         exchange=Options(
@@ -290,6 +292,8 @@ def _config(args: argparse.Namespace):
         weight_decay=args.weight_decay,
         lr_schedule=args.lr_schedule,
         lr_power=args.lr_power,
+        warmup_steps=args.warmup_steps,
+        warmup_epochs=args.warmup_epochs,
         batch_size=batch,
         total_batch_size=args.total_batch_size,
         steps=args.steps,
@@ -330,6 +334,11 @@ def train(args: argparse.Namespace) -> int:
 def reproduce(args: argparse.Namespace) -> int:
     from terngrad.train import experiments
 
+    orq_only = [flag for flag, given in _ORQ_FLAGS.items() if getattr(args, given) is not None]
+    if args.experiment == "orq":
+        return reproduce_orq(args)
+    if orq_only:
+        raise ValueError(f"{', '.join(orq_only)}: only for terngrad reproduce orq")
     out = args.out or f"runs/reproduce-{args.experiment}"
     workers = tuple(args.workers) if args.workers else None
     if args.experiment == "lenet":
@@ -340,6 +349,46 @@ def reproduce(args: argparse.Namespace) -> int:
         runs = experiments.fashion(out, args.data_dir, args.steps or 5_000, workers or (2,))
     print(experiments.run(args.experiment, runs, out))
     print(f"Written: {out}/results.md, {out}/curves.png")
+    return 0
+
+
+#: the options of ``reproduce orq`` alone, and their attribute names
+_ORQ_FLAGS = {
+    "--model": "model", "--dataset": "dataset", "--seeds": "seeds", "--methods": "methods",
+    "--variants": "variants", "--warmup-steps": "warmup_steps", "--eval-every": "eval_every",
+    "--no-algorithm2": "no_algorithm2",
+}  # fmt: skip
+#: the data set each model is compared on
+_ORQ_DATASETS = {"lenet": "mnist", "cifarnet": "fashion"}
+
+
+def reproduce_orq(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from terngrad.train import optimal_quantization as oq
+
+    model = args.model or "lenet"
+    dataset = args.dataset or _ORQ_DATASETS.get(model, "synthetic")
+    if args.workers and len(args.workers) != 1:
+        raise ValueError("terngrad reproduce orq runs one worker count: give --workers N")
+    out = args.out or f"runs/reproduce-orq-{model}"
+    steps = args.steps or (1000 if model == "cifarnet" else 600)
+    base = oq.protocol(
+        out, model, dataset, args.data_dir, args.workers[0] if args.workers else 4, steps,
+        args.eval_every,
+    )  # fmt: skip
+    runs = oq.plan(
+        base, tuple(args.methods or oq.METHODS), tuple(args.variants or oq.VARIANTS),
+        args.seeds or 3, args.warmup_steps, algorithm2=not args.no_algorithm2,
+    )  # fmt: skip
+    print(
+        f"terngrad reproduce orq: {len(runs)} runs of {steps} steps, {model} on {dataset}, "
+        f"{base.workers} workers, into {out}/",
+        flush=True,
+    )
+    oq.run_all(runs, Path(out))
+    print((Path(out) / "results.md").read_text())
+    print(f"Written: {out}/results.json, {out}/results.md, {out}/curves-*.png")
     return 0
 
 
@@ -428,7 +477,8 @@ def add_exchange_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     g.add_argument(
         "--aggregate", default="requantize",
-        help=f"how aggregates off the shared grid travel: {', '.join(AGGREGATES)}",
+        help=f"how aggregates off the shared grid travel: {', '.join(AGGREGATES)} (coherent: "
+        "levels agreed by all ranks, the ORQ paper's Algorithm 2 option a)",
     )  # fmt: skip
     g.add_argument("--seed", type=int, default=0, help="seed of every random draw (0)")
     g.add_argument(
@@ -461,6 +511,15 @@ def _add_optimisation_arguments(p: argparse.ArgumentParser, eval_every: int = 50
     g.add_argument("--weight-decay", type=_non_negative_float, default=0.0)
     g.add_argument("--lr-schedule", default="constant", choices=SCHEDULES)
     g.add_argument("--lr-power", type=_positive_float, default=0.5, help="poly schedule power")
+    warm = g.add_mutually_exclusive_group()
+    warm.add_argument(
+        "--warmup-steps", type=_non_negative_int, default=0,
+        help="linear warm-up from lr/10 over the first N steps",
+    )  # fmt: skip
+    warm.add_argument(
+        "--warmup-epochs", type=_non_negative_float, default=0.0,
+        help="the same warm-up, in epochs of the training set (the ORQ paper: 5)",
+    )  # fmt: skip
     g.add_argument("--batch-size", type=_positive_int, help="per worker (default 64)")
     g.add_argument("--total-batch-size", type=_positive_int, help="split over the workers")
     g.add_argument("--steps", type=_positive_int, default=1000)
@@ -532,12 +591,33 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_arguments(p)
     p.set_defaults(func=train)
 
-    p = sub.add_parser("reproduce", help="the paper's experiments: lenet, cifar, fashion")
-    p.add_argument("experiment", choices=("lenet", "cifar", "fashion"))
+    p = sub.add_parser(
+        "reproduce",
+        help="the papers' experiments: lenet, cifar, fashion (TernGrad); orq (ORQ/BinGrad)",
+    )
+    p.add_argument("experiment", choices=("lenet", "cifar", "fashion", "orq"))
     p.add_argument("--steps", type=_positive_int, help="shorten (or lengthen) every run")
     p.add_argument("--workers", type=_positive_int, nargs="+", help="worker counts to run")
     p.add_argument("--data-dir", help="the data set's folder (CIFAR-10: required)")
     p.add_argument("--out", help="output folder (runs/reproduce-EXPERIMENT)")
+    from terngrad.train import data, models
+    from terngrad.train.optimal_quantization import METHODS, VARIANTS
+
+    g = p.add_argument_group("orq only (the optimal-quantization paper's comparison)")
+    g.add_argument("--model", choices=models.names(), help="lenet (default) or cifarnet, ...")
+    g.add_argument("--dataset", choices=data.names(), help="lenet: mnist, cifarnet: fashion")
+    g.add_argument("--seeds", type=_positive_int, help="seeds of the main methods (3)")
+    g.add_argument("--methods", nargs="+", choices=METHODS, help="a subset (all)")
+    g.add_argument("--variants", nargs="+", choices=VARIANTS, help="noclip, clip (both)")
+    g.add_argument(
+        "--warmup-steps", type=_non_negative_int,
+        help="warm-up of the clip variant, from lr/10 (default: a tenth of --steps)",
+    )  # fmt: skip
+    g.add_argument("--eval-every", type=_positive_int, help="(a tenth of --steps)")
+    g.add_argument(
+        "--no-algorithm2", action="store_const", const=True,
+        help="skip the parameter-server rows (ORQ-5, BinGrad-b with both broadcasts)",
+    )  # fmt: skip
     p.set_defaults(func=reproduce)
 
     p = sub.add_parser("bench", help="benchmarks")

@@ -445,3 +445,52 @@ def level_kernels_by_backend(rank: int, world: int) -> dict:
     finally:
         NumbaKernels.level_pack = original
     return out
+
+
+#: the level quantizers of Algorithm 2 (the optimal-quantization paper), clipped or not
+ALGORITHM2 = [
+    ("orq", {"levels": 5, "bucket_size": 64}),
+    ("orq", {"levels": 3, "bucket_size": 100, "clip": 2.5}),
+    ("linear", {"levels": 5, "bucket_size": 64}),
+    ("bingrad-b", {"bucket_size": 64}),
+    ("bingrad-pb", {"bucket_size": 64, "clip": 2.5}),
+    ("signsgd", {"bucket_size": 64}),
+]
+
+
+def algorithm2(rank: int, world: int) -> dict:
+    """Both broadcast options (coherent levels; re-quantized with server error feedback) of
+    every ALGORITHM2 quantizer through every topology, twice in a row (the second exchange
+    carries the first's server residual), on one flat gradient per rank; then DDP training
+    with coherent levels through the parameter server and the sharded exchange."""
+    link = Link(dist.new_group())
+    g = local_gradient(rank)
+    out = {}
+    for (name, options), topology in itertools.product(ALGORITHM2, TOPOLOGIES):
+        q = quantize.get(name, **options)
+        layout = Layout.of(g.numel(), SEGMENTS, q.bucket_size)
+        for aggregate in ("coherent", "requantize"):
+            exchange = make_exchange(topology, q, link, aggregate, resolve("numba"))
+            gen = torch.Generator().manual_seed(rank_seed(8, rank))
+            for repeat in range(2):
+                sent, received = link.counter.sent, link.counter.received
+                result = exchange.reduce(g, layout, draws(rank), gen, key="bucket")
+                out[(name, str(options), topology, aggregate, repeat)] = {
+                    "mean": result.mean,
+                    "own": result.own,
+                    "sent": link.counter.sent - sent,
+                    "received": link.counter.received - received,
+                }
+    for topology in ("ps", "sharded"):
+        torch.manual_seed(0)
+        model = MLP()
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
+        terngrad.ddp.register(
+            ddp, quantizer="orq", topology=topology, aggregate="coherent", clip=2.5, min_numel=100
+        )
+        losses = _train(ddp, torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9), rank, 20)
+        out[("training", topology)] = {
+            "params": [p.detach().clone() for p in model.parameters()],
+            "losses": losses,
+        }
+    return out

@@ -31,7 +31,7 @@ def test_unknown_name_suggests():
     [
         ("terngrad", {"clipp": 2.5}, "has no option 'clipp'; its options are: clip, bucket_size"),
         ("fp32", {"levels": 3}, "its options are: none"),
-        ("terngrad", {"clip": -1}, "clip must be a positive number or None"),
+        ("terngrad", {"clip": -1}, "clip must be a positive number"),
         ("terngrad", {"packing": "base4"}, "packing must be one of"),
         ("terngrad", {"bucket_size": 0}, "bucket_size must be None or a positive integer"),
         ("qsgd", {"levels": 1}, "must be an integer in"),

@@ -8,12 +8,14 @@ quantizer must land within 5 SE_k of g_k for every k (a false alarm has probabil
 ||Q(g) - g||^2 within 5 of its standard errors. Seeds are fixed, so the tests are repeatable.
 """
 
+import contextlib
 import math
 
 import pytest
 import torch
 
 from terngrad import quantize
+from terngrad.quantize.base import reference_only
 
 D, R = 64, 20_000
 
@@ -73,12 +75,76 @@ def test_the_unbiasedness_check_detects_bias():
     assert not _mean_within(_draws(clipped, g), g)
 
 
-def test_clipped_terngrad_is_unbiased_for_the_clipped_gradient():
-    g = _gradient("heavy")
-    q = quantize.get("terngrad", clip=2.5, bucket_size=D)
-    bound = 2.5 * g.std(correction=0)
+#: every unbiased method with TernGrad's clipping (paper Sec. 4: "we also apply this in our
+#: BinGrad and ORQ methods"): E[Q(g)] = clip(g) = sign(g) min(|g|, c sigma)
+CLIPPED = [
+    ("terngrad", {}),
+    ("qsgd", {"levels": 3}),
+    ("qsgd", {"levels": 5}),
+    ("linear", {"levels": 5}),
+    ("linear", {"levels": 9}),
+    ("orq", {"levels": 3}),
+    ("orq", {"levels": 5}),
+    ("orq", {"levels": 9}),
+]
+
+
+def _clipped(g: torch.Tensor, c: float = 2.5) -> torch.Tensor:
+    bound = c * g.std(correction=0)
     assert bool((g.abs() > bound).any())  # the test needs values to clip
-    assert _mean_within(_draws(q, g), g.clamp(-bound, bound))
+    return g.clamp(-bound, bound)
+
+
+@pytest.mark.parametrize("reference", [False, True], ids=["fused", "reference"])
+@pytest.mark.parametrize("name, options", CLIPPED, ids=lambda v: str(v))
+def test_clipped_methods_are_unbiased_for_the_clipped_gradient(name, options, reference):
+    q = quantize.get(name, clip=2.5, bucket_size=D, **options)
+    assert not q.unbiased  # for g; for clip(g) it is
+    g = _gradient("heavy")
+    with reference_only() if reference else contextlib.nullcontext():
+        draws = _draws(q, g)
+    assert _mean_within(draws, _clipped(g))
+    assert not _mean_within(draws, g)  # the clipped tail really moved the mean
+
+
+@pytest.mark.parametrize(
+    "name, options",
+    [*CLIPPED[3:], ("bingrad-b", {}), ("bingrad-pb", {}), ("signsgd", {})],
+    ids=lambda v: str(v),
+)
+def test_clipped_fit_and_digits_are_the_reference_bits(name, options):
+    """The fused kernels clip as the reference does: the same scales and payload."""
+    q = quantize.get(name, clip=2.5, bucket_size=D, **options)
+    g = _gradient("heavy").repeat(40)
+    fused = q.encode(g, generator=torch.Generator().manual_seed(5))
+    with reference_only():
+        ref = q.encode(g, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(fused.scales, ref.scales) and torch.equal(fused.payload, ref.payload)
+    unclipped = quantize.get(name, bucket_size=D, **options).encode(
+        g, generator=torch.Generator().manual_seed(5)
+    )
+    assert not torch.equal(fused.scales, unclipped.scales)
+
+
+@pytest.mark.parametrize("name", ["bingrad-b", "bingrad-pb", "signsgd"])
+def test_clipped_biased_methods_fit_the_clipped_gradient(name):
+    """The levels of a clipped encode are the unclipped method's levels of clip(g)."""
+    g = _gradient("heavy")
+    def encode(q, grad):
+        return q.encode(grad, generator=torch.Generator().manual_seed(2))
+
+    clipped = encode(quantize.get(name, clip=2.5, bucket_size=D), g)
+    plain = encode(quantize.get(name, bucket_size=D), _clipped(g))
+    assert torch.equal(clipped.scales, plain.scales)
+    assert torch.equal(clipped.payload, plain.payload)
+
+
+def test_clip_is_refused_where_it_cannot_hold():
+    with pytest.raises(ValueError, match="norm='max'"):
+        quantize.get("qsgd", clip=2.5, norm="l2")
+    for bad in (0, -1.0, float("inf"), True, "2.5"):
+        with pytest.raises(ValueError, match="clip must be a positive number"):
+            quantize.get("orq", clip=bad)
 
 
 def test_bingrad_pb_unbiased_inside_its_levels():
@@ -92,7 +158,14 @@ def test_bingrad_pb_unbiased_inside_its_levels():
 @pytest.mark.parametrize("kind", ["gauss", "heavy"])
 @pytest.mark.parametrize(
     "name, options",
-    [*UNBIASED[:-1], ("terngrad", {"bucket_size": D}), ("bingrad-pb", {"bucket_size": D})],
+    [
+        *UNBIASED[:-1],
+        ("terngrad", {"bucket_size": D}),
+        ("bingrad-pb", {"bucket_size": D}),
+        ("orq", {"levels": 5, "bucket_size": D, "clip": 2.5}),
+        ("linear", {"levels": 5, "bucket_size": D, "clip": 2.5}),
+        ("bingrad-pb", {"bucket_size": D, "clip": 2.5}),
+    ],
     ids=lambda v: str(v),
 )
 def test_exact_variance_matches_draws(name, options, kind):
@@ -103,9 +176,20 @@ def test_exact_variance_matches_draws(name, options, kind):
     assert abs(float(errors.mean()) - q.variance(g)) <= 5 * se + 1e-9
 
 
-@pytest.mark.parametrize("name", ["bingrad-b", "signsgd", "fp16", "fp32"])
-def test_deterministic_error_is_exact(name):
-    q = quantize.get(name) if name.startswith("fp") else quantize.get(name, bucket_size=D)
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("bingrad-b", {"bucket_size": D}),
+        ("bingrad-b", {"bucket_size": D, "clip": 2.5}),
+        ("signsgd", {"bucket_size": D}),
+        ("signsgd", {"bucket_size": D, "clip": 2.5}),
+        ("fp16", {}),
+        ("fp32", {}),
+    ],
+    ids=lambda v: str(v),
+)
+def test_deterministic_error_is_exact(name, options):
+    q = quantize.get(name, **options)
     g = _gradient("gauss")
     out = q.decode(q.encode(g))
     assert q.variance(g) == pytest.approx(float((out.double() - g.double()).square().sum()))

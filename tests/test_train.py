@@ -187,3 +187,37 @@ def test_pytorch_baselines_train_and_each_is_in_effect(tmp_path, capsys):
         assert any(not torch.equal(params[a][k], params[b][k]) for k in params[a]), (a, b)
     with pytest.raises(ValueError, match="unknown baseline 'int8'"):
         TrainConfig(out="x", baseline="int8")
+
+
+def test_warmup_rises_linearly_from_a_tenth_of_the_lr(tmp_path):
+    """``--warmup-steps 4``: the lr of step k is lr (0.1 + 0.9 k / 4) for k < 4, then lr; the
+    recorded lr of every evaluation is that of its step, and a run resumed inside the warm-up
+    (3 steps, then extended to 6) continues it."""
+    from conftest import SMALL_RUN
+
+    args = [*SMALL_RUN, "--lr", "0.1", "--warmup-steps", "4", "--eval-every", "1"]
+    out = tmp_path / "warm"
+    assert main([*args, "--steps", "3", "--out", str(out)]) == 0
+    assert main([*args, "--steps", "6", "--out", str(out)]) == 0  # resumed at step 3
+    expected = [0.1 * (0.1 + 0.9 * min(k, 4) / 4) for k in range(6)]
+    assert [r["lr"] for r in _metrics(out)] == pytest.approx(expected, rel=1e-12)
+
+
+def test_warmup_epochs_count_the_training_set_over_all_workers():
+    from terngrad.train import schedule
+
+    epoch = schedule.steps_per_epoch(60_000, workers=4, worker_batch=64)
+    assert epoch == 235  # ceil(60000 / 256)
+    assert schedule.warmup_length(0, 5.0, epoch) == 1175
+    assert schedule.warmup_length(7, 0.0, epoch) == 7
+    factor = schedule.lr_factor("constant", steps=2000, power=0.5, warmup=1175)
+    assert factor(0) == pytest.approx(0.1)
+    assert factor(1175 // 2) == pytest.approx(0.1 + 0.9 * 587 / 1175)
+    assert factor(1175) == factor(1999) == 1.0
+    poly = schedule.lr_factor("poly", steps=10, power=1.0, warmup=4)  # the two multiply
+    assert [poly(k) for k in (0, 2, 4, 8)] == pytest.approx([0.1, 0.55 * 0.8, 0.6, 0.2])
+    with pytest.raises(ValueError, match="not both"):
+        TrainConfig(out="x", warmup_steps=10, warmup_epochs=1.0)
+    for bad in ({"warmup_steps": -1}, {"warmup_steps": 2.5}, {"warmup_epochs": float("nan")}):
+        with pytest.raises(ValueError, match="warmup"):
+            TrainConfig(out="x", **bad)

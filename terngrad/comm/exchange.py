@@ -10,9 +10,13 @@ gets the same result, bit for bit. How the messages are combined depends on the 
   re-quantized, so the second phase adds no error.
 * **Messages** (every other method): each rank's message is decoded to floats and averaged in
   rank order. Where the average must travel on (``sharded``, ``ps``), it is re-quantized with
-  the same quantizer plus server-side error feedback (``aggregate="requantize"``), or sent as
-  fp16 (``aggregate="fp16"``); the rank that did this uses the decoded message itself, like every
+  the same quantizer plus server-side error feedback (``aggregate="requantize"``: the second
+  broadcast option of the optimal-quantization paper's Algorithm 2), or sent as fp16
+  (``aggregate="fp16"``); the rank that did this uses the decoded message itself, like every
   other rank, so replicas stay bitwise identical.
+* **Coherent levels** (``aggregate="coherent"``, the per-bucket level quantizers: Algorithm 2's
+  first option, :mod:`terngrad.comm.coherent`): the ranks agree on one set of levels per
+  bucket, send digits only, and the average is rounded onto the same levels.
 
 Topologies (N ranks, d elements):
 
@@ -43,17 +47,18 @@ import torch
 import torch.distributed as dist
 
 from terngrad import quantize
+from terngrad.comm.coherent import CoherentStep, bucket_shard_bounds
 from terngrad.comm.errors import ExchangeMismatch
 from terngrad.comm.grid import GridStep
 from terngrad.comm.link import Link
 from terngrad.kernels import Kernels, NumbaKernels, Streams, TorchKernels
-from terngrad.quantize import Encoded, Layout, Quantizer, SymmetricGrid
+from terngrad.quantize import Encoded, Layout, LevelQuantizer, Quantizer, SymmetricGrid
 from terngrad.quantize.base import reference_only
 from terngrad.wire import codes_frame_nbytes
 
 Draws = Streams | torch.Tensor | None
 
-AGGREGATES = ("requantize", "fp16")
+AGGREGATES = ("requantize", "fp16", "coherent")
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,9 @@ class Exchange(ABC):
         self.quantizer = quantizer
         self.link = link
         self.kernels = kernels if kernels is not None else TorchKernels()
-        self.aggregator = quantizer if aggregate == "requantize" else quantize.get("fp16")
+        #: Algorithm 2's first option: levels coherent among the ranks (level quantizers)
+        self.coherent = aggregate == "coherent"
+        self.aggregator = quantize.get("fp16") if aggregate == "fp16" else quantizer
         #: server-side error feedback of re-quantized aggregates, by (bucket key, shard)
         self.server_residuals: dict[Hashable, torch.Tensor] = {}
 
@@ -156,7 +163,11 @@ class Exchange(ABC):
         # or "triton", which has none for them) keeps these messages on the reference
         fused = isinstance(self.kernels, NumbaKernels)
         with nullcontext() if fused else reference_only():
-            result = self._reduce_messages(flat, layout, draws, generator, key)
+            if self.coherent and isinstance(q, LevelQuantizer):
+                step = CoherentStep.agree(q, flat, layout, self.link, draws)
+                result = Result(self._coherent_exchange(step, generator), step.own_values())
+            else:
+                result = self._reduce_messages(flat, layout, draws, generator, key)
         if out is not None:
             out.copy_(result.mean)
             return Result(out, result.own)
@@ -173,6 +184,11 @@ class Exchange(ABC):
     def _reduce_messages(self, flat, layout, uniform, generator, key) -> Result:
         """Other quantizers (every rank's gradient is finite): decode, average, and re-quantize
         where the average travels on."""
+
+    @abstractmethod
+    def _coherent_exchange(self, step: CoherentStep, generator) -> torch.Tensor:
+        """Level quantizers on coherent levels: move this rank's digits so that every rank
+        ends with the same mean; return it."""
 
     # --- helpers shared by the topologies
 
@@ -278,6 +294,19 @@ class ShardedExchange(Exchange, name="sharded"):
         )
         return Result(mean, own)
 
+    def _coherent_exchange(self, step, generator):
+        link = self.link
+        bounds = bucket_shard_bounds(step.layout, link.size)
+        lo, hi = bounds[link.rank]
+        received = link.all_to_all(
+            [step.frame(a, b) for a, b in bounds], [step.frame_nbytes(lo, hi)] * link.size
+        )
+        mean = step.mean(received, lo, hi)
+        mine = step.frame(lo, hi, step.reround(mean, lo, hi, generator))
+        gathered = link.all_gather(mine, [step.frame_nbytes(a, b) for a, b in bounds])
+        pairs = enumerate(zip(gathered, bounds, strict=True))
+        return torch.cat([step.values(f, a, b, r) for r, (f, (a, b)) in pairs])
+
 
 class ParameterServerExchange(Exchange, name="ps"):
     """Rank 0 gathers every message, aggregates, broadcasts: the TernGrad paper's topology.
@@ -310,6 +339,15 @@ class ParameterServerExchange(Exchange, name="ps"):
         frame = link.broadcast(result, size, self.root, torch.device("cpu"))  # frames: host
         return Result(self._read_message(frame, self.aggregator, d, self.root), q.decode(message))
 
+    def _coherent_exchange(self, step, generator):
+        link, d = self.link, step.layout.numel
+        gathered = link.gather(step.frame(0, d), self.root)
+        result = None
+        if gathered is not None:
+            result = step.frame(0, d, step.reround(step.mean(gathered, 0, d), 0, d, generator))
+        frame = link.broadcast(result, step.frame_nbytes(0, d), self.root, torch.device("cpu"))
+        return step.values(frame, 0, d, self.root)
+
 
 class AllGatherExchange(Exchange, name="allgather"):
     """Every rank gathers every rank's message and aggregates locally: one collective after
@@ -330,6 +368,13 @@ class AllGatherExchange(Exchange, name="allgather"):
         )
         mean = self._mean([self._read_message(f, q, d, r) for r, f in enumerate(gathered)])
         return Result(mean, q.decode(message).reshape(-1))
+
+    def _coherent_exchange(self, step, generator):
+        d = step.layout.numel
+        gathered = self.link.all_gather(
+            step.frame(0, d), [step.frame_nbytes(0, d)] * self.link.size
+        )
+        return step.mean(gathered, 0, d)  # averaged here: nothing is sent on, nothing re-rounded
 
 
 TOPOLOGIES = tuple(Exchange.registry)

@@ -25,7 +25,7 @@ from typing import Any
 from terngrad import quantize
 from terngrad.comm.exchange import AGGREGATES, TOPOLOGIES
 from terngrad.kernels import KERNELS
-from terngrad.quantize import Quantizer, SymmetricGrid
+from terngrad.quantize import LevelQuantizer, Quantizer, SymmetricGrid
 from terngrad.util.differences import differences
 
 #: tensors with fewer elements stay in full precision by default
@@ -61,7 +61,9 @@ class Options:
     * ``quantize_last``: quantize the last layer too (by default it stays in full precision);
     * ``min_numel``: tensors with fewer elements stay in full precision;
     * ``aggregate``: how aggregates off the shared grid travel on, ``requantize`` (with
-      server-side error feedback) or ``fp16``;
+      server-side error feedback) or ``fp16``; or, for the per-bucket level quantizers,
+      ``coherent``: one set of levels agreed by all ranks, the average rounded onto it
+      (:mod:`terngrad.comm.coherent`);
     * ``seed``: every random draw of the exchange derives from it
       (:func:`~terngrad.kernels.stream_seed`);
     * ``timeout``: seconds a collective of the exchange waits before failing with
@@ -95,6 +97,17 @@ class Options:
         _one_of("kernels", self.kernels, KERNELS)
         _one_of("policy", self.policy, POLICIES)
         _one_of("aggregate", self.aggregate, AGGREGATES)
+        if self.aggregate == "coherent" and not isinstance(q, LevelQuantizer):
+            _fail(
+                "aggregate 'coherent' agrees the per-bucket levels of linear, orq, bingrad-b, "
+                f"bingrad-pb and signsgd among the ranks; {self.quantizer} has no such levels"
+                + (
+                    " (its grid is shared already: scalar sharing)"
+                    if isinstance(q, SymmetricGrid)
+                    else ""
+                )
+                + ": use aggregate 'requantize'"
+            )
         if self.policy == "auto" and not isinstance(q, SymmetricGrid):
             _fail(
                 "policy 'auto' predicts the exchange of the shared-grid quantizers (terngrad, "

@@ -116,6 +116,7 @@ class Fused(FastPath):
         return _backend().level_fit(_method(q), flat, layout, q.levels, sweeps, k)
 
     def _levels_encode(self, q, flat, layout, draws):
+        flat = q.prepare(flat, layout)  # clipped at clip * sigma where the quantizer clips
         scales = self.fit(q, flat, layout)
         if scales is None:
             return None

@@ -33,6 +33,7 @@ from __future__ import annotations
 import torch
 
 from terngrad.quantize.base import check_bucket_size
+from terngrad.quantize.clipping import check_clip
 from terngrad.quantize.levels import LevelQuantizer, canonical, ordered_sum
 
 #: BinGrad-pb's rounds of coordinate descent at most, and the bucket fractions ``q`` of its
@@ -179,14 +180,16 @@ def partially_biased_levels(rows: torch.Tensor, sweeps: int = PB_SWEEPS) -> torc
 
 
 class BinGradB(LevelQuantizer, name="bingrad-b", method_id=6):
-    """BinGrad-b: exact 2-means levels, nearest rounding. ``bucket_size`` (None = per tensor)."""
+    """BinGrad-b: exact 2-means levels, nearest rounding. ``bucket_size`` (None = per tensor),
+    ``clip`` (c in clipping at c * sigma first, or None)."""
 
     unbiased = False
     rounding = "nearest"
     levels = 2
 
-    def __init__(self, bucket_size: int | None = 512) -> None:
+    def __init__(self, bucket_size: int | None = 512, clip: float | None = None) -> None:
         self.bucket_size = check_bucket_size(bucket_size)
+        self.clip = check_clip(clip, self.name)
 
     def _scales_per_bucket(self, levels: int) -> int:
         return 2
@@ -200,7 +203,7 @@ class BinGradB(LevelQuantizer, name="bingrad-b", method_id=6):
 
 class BinGradPB(BinGradB, name="bingrad-pb", method_id=7):
     """BinGrad-pb: levels minimising variance + squared bias; unbiased random rounding inside
-    ``[b_1, b_2]``, clamping outside. ``bucket_size`` (None = per tensor)."""
+    ``[b_1, b_2]``, clamping outside. ``bucket_size`` (None = per tensor), ``clip``."""
 
     rounding = "stochastic"
 

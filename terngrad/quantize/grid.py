@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from terngrad.quantize.base import Layout, Quantizer, stochastic_round
+from terngrad.quantize.clipping import clip_to_sigma
 from terngrad.wire import Codec
 
 FLOAT32_MAX = torch.finfo(torch.float32).max
@@ -73,6 +74,13 @@ class SymmetricGrid(Quantizer):
     stochastic = True
     accepts_scale = True
     m: int
+    #: c in TernGrad's clipping at c * sigma (:mod:`terngrad.quantize.clipping`), or None
+    clip: float | None = None
+
+    @property
+    def unbiased(self) -> bool:
+        """Unbiased without clipping; with it, ``E[Q(g)] = clip(g)``."""
+        return self.clip is None
 
     @property
     def levels(self) -> int:
@@ -119,9 +127,9 @@ class SymmetricGrid(Quantizer):
         return _grid_values(scales, codes, layout, count * self.m)
 
     def clip_bound(self, moments: Moments) -> torch.Tensor | None:
-        """Per-bucket magnitude bound that :meth:`prepare` clips to (float32; a bucket whose
-        bound is 0 is not clipped), or ``None``: no clipping (the default)."""
-        return None
+        """Per-bucket magnitude bound that :meth:`prepare` clips to, ``c * sigma`` (float32; a
+        bucket whose bound is 0 is not clipped), or ``None``: no clipping."""
+        return None if self.clip is None else self.clip * moments.var.sqrt().float()
 
     def scale_from_moments(self, moments: Moments, bound: torch.Tensor | None) -> torch.Tensor:
         """The local scale :meth:`prepare` returns, from one-pass statistics (float32): by
@@ -130,8 +138,8 @@ class SymmetricGrid(Quantizer):
         return top if bound is None else torch.where(bound > 0, torch.minimum(top, bound), top)
 
     def _prepare(self, flat: torch.Tensor, layout: Layout) -> torch.Tensor:
-        """The values to be rounded (TernGrad clips here); identity by default."""
-        return flat
+        """The values to be rounded: ``flat`` clipped at ``clip * sigma`` where ``clip`` is set."""
+        return clip_to_sigma(flat, layout, self.clip)
 
     def _scales(self, y: torch.Tensor, layout: Layout) -> torch.Tensor:
         """Per-bucket scale of the prepared values."""

@@ -14,6 +14,10 @@ base L; the bucket's scales are whatever ``_levels`` needs to rebuild the levels
 and max; ORQ: all L levels), in float32. Encoder and decoder both build the levels from those
 float32 scales, so they agree exactly.
 
+With ``clip=c`` the bucket is first clipped at ``c * sigma`` (TernGrad's clipping,
+:mod:`terngrad.quantize.clipping`) and the levels are fitted to, and the values rounded from,
+the clipped gradient: the unbiased methods then have ``E[Q(g)] = clip(g)``.
+
 Every float64 sum in a fit is accumulated left to right (:func:`ordered_sum`, ``cumsum``), an
 order the fused kernels (:mod:`terngrad.kernels.levels_cpu`) repeat operation for operation, so
 their scales are these bits; signed zeros are made ``+0.0`` (:func:`canonical`) wherever a sort
@@ -28,6 +32,7 @@ from typing import ClassVar
 import torch
 
 from terngrad.quantize.base import Layout, Quantizer, fast_path
+from terngrad.quantize.clipping import clip_to_sigma
 from terngrad.wire import Codec
 
 
@@ -48,6 +53,13 @@ class LevelQuantizer(Quantizer):
     """Base of the per-bucket level quantizers."""
 
     rounding: ClassVar[str] = "stochastic"
+    #: c in TernGrad's clipping at c * sigma before the fit, or None (no clipping)
+    clip: float | None = None
+
+    def prepare(self, flat: torch.Tensor, layout: Layout) -> torch.Tensor:
+        """The values the levels are fitted to and rounded from: ``flat`` clipped at
+        ``clip * sigma`` per bucket where ``clip`` is set, else ``flat`` itself."""
+        return clip_to_sigma(flat, layout, self.clip)
 
     @property
     def stochastic(self) -> bool:  # type: ignore[override]
@@ -88,11 +100,45 @@ class LevelQuantizer(Quantizer):
         idx = (torch.searchsorted(levels, y, right=True) - 1).clamp(0, levels.shape[1] - 2)
         return idx, levels.gather(1, idx), levels.gather(1, idx + 1)
 
+    # --- levels shared by several workers (Algorithm 2's "coherent" levels, comm.coherent)
+
+    def coherent_scales(self, stacked: torch.Tensor) -> torch.Tensor:
+        """One set of float32 scales ``(n_buckets, k)`` for every worker, from each worker's
+        own ``stacked`` as ``(workers, n_buckets, k)``: by default their mean (float64, summed
+        in worker order, so every rank computes the same bits). Methods whose end levels are
+        a bucket's min and max override it so that no worker's value falls outside them."""
+        return (stacked.double().cumsum(0)[-1] / stacked.shape[0]).float()
+
+    def round_onto(
+        self,
+        y: torch.Tensor,
+        layout: Layout,
+        scales: torch.Tensor,
+        uniform: torch.Tensor | None,
+        rounding: str | None = None,
+    ) -> torch.Tensor:
+        """The digits (int64, flat order) of prepared values ``y`` on the levels of given
+        float32 ``scales`` ``(n_buckets, k)``: the method's own rounding, or ``rounding``
+        (``"stochastic"``, ``"nearest"``); ``uniform`` are the draws of stochastic rounding."""
+        levels = self._levels(scales, self.levels)
+        digits, start = [], 0
+        u_rows = layout.rows(uniform) if uniform is not None else None
+        for i, rows in enumerate(layout.rows(y)):
+            lv = levels[start : start + rows.shape[0]]
+            start += rows.shape[0]
+            u = None if u_rows is None else u_rows[i]
+            digits.append(self._round_rows(rows, lv, u, rounding).reshape(-1))
+        return torch.cat(digits) if digits else torch.zeros(0, dtype=torch.int64)
+
     def _round_rows(
-        self, rows: torch.Tensor, levels: torch.Tensor, uniform: torch.Tensor | None
+        self,
+        rows: torch.Tensor,
+        levels: torch.Tensor,
+        uniform: torch.Tensor | None,
+        rounding: str | None = None,
     ) -> torch.Tensor:
         y = torch.maximum(torch.minimum(rows, levels[:, -1:]), levels[:, :1]).contiguous()
-        if self.rounding == "nearest":
+        if (rounding or self.rounding) == "nearest":
             mids = ((levels[:, 1:] + levels[:, :-1]) / 2).contiguous()
             return torch.searchsorted(mids, y, right=True)
         idx, lo, hi = self._cell(y, levels)
@@ -101,6 +147,7 @@ class LevelQuantizer(Quantizer):
         return idx + (uniform.double() < p)
 
     def _quantize(self, flat, layout, uniform, scale):
+        flat = self.prepare(flat, layout)
         scales, digits = [], []
         u_rows = layout.rows(uniform) if uniform is not None else None
         for i, (rows, sc, lv) in enumerate(self._bucket_levels(flat, layout)):
@@ -119,14 +166,15 @@ class LevelQuantizer(Quantizer):
 
     def _expected_sq_error(self, flat, layout, scale):
         total = torch.zeros((), dtype=torch.float64)
-        for rows, _, lv in self._bucket_levels(flat, layout):
+        prepared = self._bucket_levels(self.prepare(flat, layout), layout)
+        for g, (rows, _, lv) in zip(layout.rows(flat), prepared, strict=True):
             if self.rounding == "nearest":
                 q = lv.gather(1, self._round_rows(rows, lv, None))
-                total += (q.double() - rows.double()).square().sum()
+                total += (q.double() - g.double()).square().sum()
             else:
                 y = torch.maximum(torch.minimum(rows, lv[:, -1:]), lv[:, :1]).contiguous()
                 _, lo, hi = self._cell(y, lv)
                 y64 = y.double()
                 rounding = (hi.double() - y64) * (y64 - lo.double())
-                total += rounding.sum() + (y64 - rows.double()).square().sum()
+                total += rounding.sum() + (y64 - g.double()).square().sum()
         return total

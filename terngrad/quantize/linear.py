@@ -11,17 +11,24 @@ from __future__ import annotations
 import torch
 
 from terngrad.quantize.base import check_bucket_size, check_levels
+from terngrad.quantize.clipping import check_clip
 from terngrad.quantize.levels import LevelQuantizer, canonical
 
 
 class Linear(LevelQuantizer, name="linear", method_id=4):
-    """Linear-s: ``levels`` (s >= 2), ``bucket_size`` (None = per tensor)."""
+    """Linear-s: ``levels`` (s >= 2), ``bucket_size`` (None = per tensor), ``clip`` (c in
+    clipping at c * sigma first, or None)."""
 
-    unbiased = True
-
-    def __init__(self, levels: int = 5, bucket_size: int | None = 512) -> None:
+    def __init__(
+        self, levels: int = 5, bucket_size: int | None = 512, clip: float | None = None
+    ) -> None:
         self._n_levels = check_levels(levels, "linear")
         self.bucket_size = check_bucket_size(bucket_size)
+        self.clip = check_clip(clip, "linear")
+
+    @property
+    def unbiased(self) -> bool:
+        return self.clip is None
 
     @property
     def levels(self) -> int:
@@ -32,6 +39,11 @@ class Linear(LevelQuantizer, name="linear", method_id=4):
 
     def _fit(self, rows: torch.Tensor) -> torch.Tensor:
         return canonical(torch.stack([rows.amin(1), rows.amax(1)], dim=1))
+
+    def coherent_scales(self, stacked: torch.Tensor) -> torch.Tensor:
+        """The smallest min and the largest max over the workers: every worker's values lie
+        on the shared levels' span, so rounding onto them stays unbiased."""
+        return torch.stack([stacked[..., 0].amin(0), stacked[..., 1].amax(0)], dim=-1)
 
     def _levels(self, scales: torch.Tensor, levels: int) -> torch.Tensor:
         weights = torch.linspace(0, 1, levels, device=scales.device, dtype=torch.float64)

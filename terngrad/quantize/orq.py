@@ -37,6 +37,7 @@ from __future__ import annotations
 import torch
 
 from terngrad.quantize.base import check_bucket_size, check_levels
+from terngrad.quantize.clipping import check_clip
 from terngrad.quantize.levels import LevelQuantizer, canonical
 
 
@@ -84,16 +85,26 @@ def optimal_levels(rows: torch.Tensor, levels: int, sweeps: int = 3) -> torch.Te
 
 class ORQ(LevelQuantizer, name="orq", method_id=5):
     """ORQ-s: ``levels`` (s >= 2), ``bucket_size`` (None = per tensor), at most ``sweeps``
-    rounds of coordinate descent after the greedy placement."""
+    rounds of coordinate descent after the greedy placement, ``clip`` (c in clipping at
+    c * sigma first, or None)."""
 
-    unbiased = True
-
-    def __init__(self, levels: int = 5, bucket_size: int | None = 512, sweeps: int = 3) -> None:
+    def __init__(
+        self,
+        levels: int = 5,
+        bucket_size: int | None = 512,
+        sweeps: int = 3,
+        clip: float | None = None,
+    ) -> None:
         self._n_levels = check_levels(levels, "orq")
         self.bucket_size = check_bucket_size(bucket_size)
         if isinstance(sweeps, bool) or not isinstance(sweeps, int) or sweeps < 0:
             raise ValueError(f"orq: sweeps must be a non-negative integer, got {sweeps!r}")
         self.sweeps = sweeps
+        self.clip = check_clip(clip, "orq")
+
+    @property
+    def unbiased(self) -> bool:
+        return self.clip is None
 
     @property
     def levels(self) -> int:
@@ -104,6 +115,14 @@ class ORQ(LevelQuantizer, name="orq", method_id=5):
 
     def _fit(self, rows: torch.Tensor) -> torch.Tensor:
         return optimal_levels(rows, self.levels, self.sweeps)
+
+    def coherent_scales(self, stacked: torch.Tensor) -> torch.Tensor:
+        """The end levels the smallest min and the largest max over the workers (no value
+        falls outside, rounding stays unbiased); each interior level the workers' mean, which
+        keeps the levels sorted and inside the ends."""
+        shared = super().coherent_scales(stacked)
+        shared[:, 0], shared[:, -1] = stacked[..., 0].amin(0), stacked[..., -1].amax(0)
+        return shared
 
     def _levels(self, scales: torch.Tensor, levels: int) -> torch.Tensor:
         return scales

@@ -13,7 +13,9 @@ QSGD's experiments used) or ``norm="l2"`` (``n = ||g||_2``, its theory). Unbiase
 is ``sum_k (n/m)^2 f_k (1 - f_k)``; with the L2 norm it is at most
 ``min(d / m^2, sqrt(d) / m) ||g||^2`` for a bucket of d elements (QSGD Lemma 3.1).
 Digits ``j + m`` travel in base ``2m + 1``, one float32 norm per bucket. With ``levels=3`` and
-``norm="max"`` QSGD is TernGrad without clipping.
+``norm="max"`` QSGD is TernGrad without clipping. ``clip=c`` clips at ``c * sigma`` first, as
+TernGrad does (:mod:`terngrad.quantize.clipping`; with ``norm="max"`` only); then
+``E[Q(g)] = clip(g)``.
 """
 
 from __future__ import annotations
@@ -21,17 +23,23 @@ from __future__ import annotations
 import torch
 
 from terngrad.quantize.base import Layout, check_bucket_size, check_choice, check_levels
+from terngrad.quantize.clipping import check_clip
 from terngrad.quantize.grid import FLOAT32_MAX, Moments, SymmetricGrid, bucket_max_abs
 
 NORMS = ("max", "l2")
 
 
 class QSGD(SymmetricGrid, name="qsgd", method_id=3):
-    """QSGD: ``levels`` (odd, >= 3), ``bucket_size`` (None = per tensor), ``norm``."""
+    """QSGD: ``levels`` (odd, >= 3), ``bucket_size`` (None = per tensor), ``norm``, ``clip``
+    (c in TernGrad's clipping at c * sigma before scaling, or None: the default)."""
 
-    unbiased = True
-
-    def __init__(self, levels: int = 5, bucket_size: int | None = 512, norm: str = "max") -> None:
+    def __init__(
+        self,
+        levels: int = 5,
+        bucket_size: int | None = 512,
+        norm: str = "max",
+        clip: float | None = None,
+    ) -> None:
         check_levels(levels, "qsgd")
         if levels % 2 == 0:
             raise ValueError(
@@ -41,10 +49,17 @@ class QSGD(SymmetricGrid, name="qsgd", method_id=3):
         self.m = (levels - 1) // 2
         self.bucket_size = check_bucket_size(bucket_size)
         self.norm = check_choice("qsgd: norm", norm, NORMS)
+        self.clip = check_clip(clip, "qsgd")
+        if self.clip is not None and self.norm == "l2":
+            raise ValueError(
+                "qsgd: clip works with norm='max' (the scale is then max |clip(g)|); the L2 "
+                "norm of clipped values is not kept by the fused kernels: use norm='max' or "
+                "clip=None"
+            )
 
     def scale_from_moments(self, moments: Moments, bound: torch.Tensor | None) -> torch.Tensor:
         if self.norm == "max":
-            return moments.maxabs.float()
+            return super().scale_from_moments(moments, bound)
         return _finite_norm(moments.sumsq.sqrt())
 
     def _scales(self, y: torch.Tensor, layout: Layout) -> torch.Tensor:

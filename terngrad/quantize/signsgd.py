@@ -11,18 +11,21 @@ from __future__ import annotations
 import torch
 
 from terngrad.quantize.base import check_bucket_size
+from terngrad.quantize.clipping import check_clip
 from terngrad.quantize.levels import LevelQuantizer, ordered_sum
 
 
 class SignSGD(LevelQuantizer, name="signsgd", method_id=8):
-    """Scaled sign: ``bucket_size`` (None = one scale per tensor)."""
+    """Scaled sign: ``bucket_size`` (None = one scale per tensor), ``clip`` (c in clipping at
+    c * sigma first, or None: it lowers the scale, not the signs)."""
 
     unbiased = False
     rounding = "nearest"
     levels = 2
 
-    def __init__(self, bucket_size: int | None = None) -> None:
+    def __init__(self, bucket_size: int | None = None, clip: float | None = None) -> None:
         self.bucket_size = check_bucket_size(bucket_size)
+        self.clip = check_clip(clip, "signsgd")
 
     def _fit(self, rows: torch.Tensor) -> torch.Tensor:
         # in float64: a float32 sum of a large bucket of large values would overflow

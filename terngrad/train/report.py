@@ -36,6 +36,30 @@ def write_curves(runs: dict[str, list[dict[str, Any]]], path: Path, title: str =
         plt.close(fig)
 
 
+def write_accuracy_plot(
+    lines: dict[str, list[tuple[int, float]]], path: Path, title: str = ""
+) -> None:
+    """Test accuracy (a fraction) against step, one line per label — up to 20 told apart by
+    colour, dashed from the eleventh on — written atomically."""
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    colours = plt.get_cmap("tab20").colors
+    for i, (label, points) in enumerate(lines.items()):
+        ax.plot([s for s, _ in points], [100 * a for _, a in points], label=label,
+                color=colours[(2 * i) % 20 if i < 10 else (2 * i + 1) % 20],
+                linestyle="-" if i < 10 else "--", marker=".")  # fmt: skip
+    ax.set(xlabel="step", ylabel="test accuracy (%)", title=title)
+    finals = [100 * points[-1][1] for points in lines.values() if points]
+    if finals:  # the interesting band: from a little under the worst final to the best
+        ax.set_ylim(max(0.0, min(finals) - 5), min(100.0, max(finals) + 1))
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    try:
+        atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))
+    finally:
+        plt.close(fig)
+
+
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     """A GitHub Markdown table; numbers right-aligned."""
     align = ["---:" if rows and _numeric(rows[0][i]) else "---" for i in range(len(header))]

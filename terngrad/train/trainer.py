@@ -45,7 +45,7 @@ from terngrad.comm import CollectiveFailed, Options, rank_seed
 from terngrad.comm.agreement import differing_ranks
 from terngrad.comm.consistency import check_replicas
 from terngrad.quantize.levels import LevelQuantizer
-from terngrad.train import baselines, checkpoints, models, run_folder
+from terngrad.train import baselines, checkpoints, models, run_folder, schedule
 from terngrad.train import data as datasets
 from terngrad.train.progress import Progress
 from terngrad.util import netdev
@@ -70,6 +70,7 @@ _RANGES = {
     "weight_decay": (lambda v: v >= 0, "a finite number >= 0"),
     "lr_power": (lambda v: v > 0, "a positive finite number"),
     "dropout": (lambda v: 0 <= v < 1, "a number from 0 up to (not including) 1, or None"),
+    "warmup_epochs": (lambda v: v >= 0, "a finite number >= 0"),
 }
 
 
@@ -94,6 +95,9 @@ class TrainConfig:
     weight_decay: float = 0.0
     lr_schedule: str = "constant"
     lr_power: float = 0.5
+    #: a linear warm-up from lr/10 over this many first steps, or epochs (give one; 0: none)
+    warmup_steps: int = 0
+    warmup_epochs: float = 0.0
     batch_size: int | None = 64
     total_batch_size: int | None = None
     steps: int = 1000
@@ -129,6 +133,14 @@ class TrainConfig:
         for name in ("workers", "steps", "eval_every", "keep_checkpoints", "max_skipped_steps"):
             if getattr(self, name) < 1:
                 fail(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if (
+            isinstance(self.warmup_steps, bool)
+            or not isinstance(self.warmup_steps, int)
+            or (self.warmup_steps < 0)
+        ):
+            fail(f"warmup-steps must be an integer >= 0, got {self.warmup_steps!r}")
+        if self.warmup_steps and self.warmup_epochs:
+            fail("give warmup-steps or warmup-epochs, not both")
         if self.checkpoint_every is not None and self.checkpoint_every < 1:
             fail(f"checkpoint-every must be at least 1, got {self.checkpoint_every}")
         if self.check_replicas_every < 0:
@@ -212,13 +224,13 @@ def _optimizer(cfg: TrainConfig, params) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=cfg.lr, momentum=momentum, weight_decay=cfg.weight_decay)
 
 
-def _schedule(cfg: TrainConfig, optimizer) -> torch.optim.lr_scheduler.LambdaLR:
-    """``constant``, or ``poly``: lr (1 - step / steps) ** power (Caffe's "poly" policy)."""
-    if cfg.lr_schedule == "poly":
-        return torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: max(0.0, 1 - step / cfg.steps) ** cfg.lr_power
-        )
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+def _schedule(cfg: TrainConfig, optimizer, train_examples: int):
+    """``LambdaLR`` over :func:`terngrad.train.schedule.lr_factor`: ``constant`` or ``poly``,
+    after a linear warm-up from lr/10 where one is asked for."""
+    epoch = schedule.steps_per_epoch(train_examples, cfg.workers, cfg.worker_batch)
+    warmup = schedule.warmup_length(cfg.warmup_steps, cfg.warmup_epochs, epoch)
+    factor = schedule.lr_factor(cfg.lr_schedule, cfg.steps, cfg.lr_power, warmup)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 def _evaluate(model: nn.Module, data: datasets.DataSet, rank: int, world: int):
@@ -330,7 +342,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
     else:  # PyTorch's own averaging: no hook state, nothing skipped, no bytes counted by us
         ddp, state = baselines.wrap(model, cfg.baseline, cfg.exchange.seed), None
     optimizer = _optimizer(cfg, model.parameters())
-    schedule = _schedule(cfg, optimizer)
+    lr_schedule = _schedule(cfg, optimizer, len(data.train_y))
     sampler = datasets.ShardSampler(
         len(data.train_y), rank, world, cfg.worker_batch, cfg.exchange.seed
     )
@@ -342,7 +354,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
         ckpt = load_checkpoint(checkpoint_path, cfg)
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
-        schedule.load_state_dict(ckpt["schedule"])
+        lr_schedule.load_state_dict(ckpt["schedule"])
         if state is not None:
             state.load_state_dict(ckpt["hook_states"][rank])
         torch.set_rng_state(ckpt["rng_states"][rank])  # dropout draws continue where they were
@@ -386,7 +398,8 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
                     f"checkpoint is {last or 'none (none was written yet)'}; check the data "
                     "and the learning rate (a new learning rate needs a new --out)"
                 )
-        schedule.step()
+        lr = optimizer.param_groups[0]["lr"]  # this step's, before the schedule moves it
+        lr_schedule.step()
         losses.append(loss.item())
         clock.stop()
         done = step + 1
@@ -400,6 +413,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
                 "loss": test_loss,
                 "accuracy": accuracy,
                 "train_loss": sum(losses) / len(losses),
+                "lr": lr,
                 "bytes_sent": state.stats.bytes_sent if state is not None else None,
                 "seconds": seconds,
                 "train_seconds": clock.train_seconds,
@@ -414,7 +428,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
                 )
         if (done % every == 0 or done == cfg.steps) and not skipped_in_a_row:
             seconds = time.perf_counter() - began  # (no checkpoints while steps are skipped)
-            _save_checkpoint(cfg, out, model, optimizer, schedule, state, done, seconds, clock)
+            _save_checkpoint(cfg, out, model, optimizer, lr_schedule, state, done, seconds, clock)
         progress.update(done, loss.item(), accuracy, _bytes_so_far(state, clock))
     progress.close()
     if cfg.steps <= start:  # nothing left to train: evaluate what the checkpoint holds

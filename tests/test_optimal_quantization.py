@@ -1,0 +1,78 @@
+"""`terngrad reproduce orq`: the plan of the comparison, and a two-run smoke version of it
+trained for real (2 workers, MLP on synthetic data, 4 steps)."""
+
+import json
+
+import pytest
+from conftest import refused
+
+from terngrad.cli import main
+from terngrad.train import optimal_quantization as oq
+
+SMOKE = ["reproduce", "orq", "--model", "mlp", "--workers", "2", "--steps", "4",
+         "--methods", "fp32", "orq-5", "--variants", "clip", "--seeds", "1",
+         "--no-algorithm2"]  # fmt: skip
+
+
+def test_the_full_plan_runs_every_method_with_seeds_and_both_broadcasts(tmp_path):
+    base = oq.protocol(str(tmp_path), "lenet", "mnist", None, 4, 600)
+    runs = oq.plan(base)
+    per_variant = len(oq.SEEDED) * 3 + len(oq.METHODS) - len(oq.SEEDED)
+    assert len(runs) == 2 * per_variant + len(oq.ALGORITHM2)
+    assert len({r.config.out for r in runs}) == len(runs)  # one folder each
+    orq = next(r for r in runs if r.method == "orq-9" and r.variant == "clip").config
+    assert orq.exchange.quantizer_options == {"levels": 9, "bucket_size": 512, "clip": 2.5}
+    assert (orq.exchange.topology, orq.exchange.quantize_last, orq.exchange.min_numel) == (
+        "allgather", True, 0,
+    )  # fmt: skip
+    assert orq.warmup_steps == 60
+    plain = [r for r in runs if r.method == "terngrad" and r.variant == "noclip"]
+    assert [r.seed for r in plain] == [0, 1, 2]
+    assert plain[0].config.exchange.quantizer_options["clip"] is None
+    assert plain[0].config.warmup_steps == 0
+    fp32 = [r for r in runs if r.method == "fp32"]
+    assert len(fp32) == 6 and all(r.config.baseline == "fp32" for r in fp32)
+    ps = [r.exchange for r in runs if r.config.exchange.topology == "ps"]
+    assert ps == ["ps/coherent", "ps/requantize"] * 2
+    # bits per element of one worker's message of LeNet's whole gradient
+    assert oq.bits_per_element("fp32", "lenet") == 32.0
+    assert 1.0 < oq.bits_per_element("bingrad-b", "lenet") < 1.2
+    assert 1.6 < oq.bits_per_element("terngrad", "lenet") < 1.7
+
+
+def test_a_two_run_smoke_reproduction(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "orq"
+    assert main([*SMOKE, "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert [(r["method"], r["variant"]) for r in results["runs"]] == [
+        ("fp32", "clip"), ("orq-5", "clip"),
+    ]  # fmt: skip
+    fp32, orq = results["runs"]
+    assert fp32["bits_per_element"] == 32.0 and 2.6 < orq["bits_per_element"] < 2.8
+    assert orq["bytes_per_step"] < fp32["bytes_per_step"] / 8  # the hook's real bytes
+    assert [step for step, _ in orq["curve"]] == [1, 2, 3, 4]
+    text = (out / "results.md").read_text()
+    assert "| orq-5 | clip | allgather | 1 |" in text
+    assert "orq-5 − fp32:" in text and "one seed" in text
+    assert (out / "curves-clip.png").stat().st_size > 10_000
+    printed = capsys.readouterr().out
+    assert "[2/2] orq-5 clip seed 0 (allgather): final" in printed
+    # run again: both runs are read back, none is trained
+    from terngrad.train import optimal_quantization
+
+    monkeypatch.setattr(optimal_quantization, "launch", lambda cfg: pytest.fail("retrained"))
+    assert main([*SMOKE, "--out", str(out)]) == 0
+    assert "(done before)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["reproduce", "orq", "--methods", "orq-4"], "invalid choice: 'orq-4'"),
+        (["reproduce", "orq", "--workers", "2", "4"], "one worker count"),
+        (["reproduce", "lenet", "--seeds", "2"], "--seeds: only for terngrad reproduce orq"),
+        (["reproduce", "orq", "--methods", "orq-5", "orq-5"], "named once"),
+    ],
+)
+def test_bad_reproductions_are_one_line(capsys, argv, message):
+    assert message in refused(capsys, argv)
