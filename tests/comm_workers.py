@@ -481,15 +481,15 @@ def algorithm2(rank: int, world: int) -> dict:
                     "sent": link.counter.sent - sent,
                     "received": link.counter.received - received,
                 }
-    for topology in ("ps", "sharded"):
+    for topology, aggregate in itertools.product(("ps", "sharded"), ("coherent", "requantize")):
         torch.manual_seed(0)
         model = MLP()
         ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
         terngrad.ddp.register(
-            ddp, quantizer="orq", topology=topology, aggregate="coherent", clip=2.5, min_numel=100
+            ddp, quantizer="orq", topology=topology, aggregate=aggregate, clip=2.5, min_numel=100
         )
         losses = _train(ddp, torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9), rank, 20)
-        out[("training", topology)] = {
+        out[("training", topology, aggregate)] = {
             "params": [p.detach().clone() for p in model.parameters()],
             "losses": losses,
         }

@@ -140,6 +140,8 @@ def test_draws_have_24_bits_and_are_uniform():
 def test_prepare_and_pack_equal_the_reference(name, options, segments, backend):
     q = quantize.get(name, **options)
     FUSED = _backend(backend)
+    if backend == "triton" and segments:  # the same shape a tenth the size: the interpreter
+        segments = tuple(n // 10 if n >= 100 else n for n in segments)  # runs every lane in Python
     numel = sum(segments) if segments else SIZE[backend]
     g = _gradient(numel)
     layout = _layout(numel, segments, q)

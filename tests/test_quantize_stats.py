@@ -130,6 +130,7 @@ def test_clipped_fit_and_digits_are_the_reference_bits(name, options):
 def test_clipped_biased_methods_fit_the_clipped_gradient(name):
     """The levels of a clipped encode are the unclipped method's levels of clip(g)."""
     g = _gradient("heavy")
+
     def encode(q, grad):
         return q.encode(grad, generator=torch.Generator().manual_seed(2))
 

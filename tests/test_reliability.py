@@ -292,13 +292,8 @@ def test_a_killed_worker_stops_the_job_with_one_line_and_it_resumes(tmp_path):
     while not checkpoints.steps(out):
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.05)
-    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
-    workers = [  # the training processes, not multiprocessing's resource tracker
-        int(p) for p in children.stdout.split()
-        if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()
-        and b"resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes()
-    ]  # fmt: skip
-    assert len(workers) == 3, children.stdout
+    workers = _workers(proc.pid)
+    assert len(workers) == 3, workers
     os.kill(workers[-1], signal.SIGKILL)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1
@@ -383,13 +378,8 @@ def test_a_stopped_worker_ends_the_run_soon_after_the_timeout(tmp_path):
         while not checkpoints.steps(out):
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
-        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
-        workers = [
-            int(p) for p in children.stdout.split()
-            if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()
-            and b"resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes()
-        ]  # fmt: skip
-        assert len(workers) == 2, children.stdout
+        workers = _workers(proc.pid)
+        assert len(workers) == 2, workers
         os.kill(workers[1], signal.SIGSTOP)
         stopped = time.monotonic()
         _, err = proc.communicate(timeout=120)
@@ -400,6 +390,20 @@ def test_a_stopped_worker_ends_the_run_soon_after_the_timeout(tmp_path):
     assert proc.returncode == 1, err
     assert "another rank has died or is stuck" in err and len(err.strip().splitlines()) <= 3
     assert waited < 3 + 2 * STOP_GRACE + 15  # torch's own join waits 30 s after SIGTERM
+
+
+def _children(pid: int) -> list[int]:
+    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return [int(p) for p in found.stdout.split()]
+
+
+def _workers(launcher: int) -> list[int]:
+    """The training processes of a launcher: the children of its fork server (not
+    multiprocessing's resource tracker), in the order they were started."""
+    servers = [p for p in _children(launcher)
+               if b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes()]  # fmt: skip
+    assert len(servers) == 1, _children(launcher)
+    return sorted(_children(servers[0]))
 
 
 def _gone(pid: int, seconds: float = 10) -> bool:

@@ -27,7 +27,7 @@ def test_two_worker_run_writes_all_outputs_and_resumes(tmp_path, capsys):
     first = _metrics(out)
     assert [m["step"] for m in first] == [2, 4]
     assert set(first[0]) == {
-        "step", "loss", "accuracy", "train_loss", "bytes_sent", "seconds", "train_seconds",
+        "step", "loss", "accuracy", "train_loss", "lr", "bytes_sent", "seconds", "train_seconds",
         "wire_bytes",
     }  # fmt: skip
     assert first[1]["bytes_sent"] > first[0]["bytes_sent"] > 0

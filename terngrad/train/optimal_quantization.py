@@ -41,7 +41,6 @@ from typing import Any
 from terngrad import quantize
 from terngrad.comm import Options
 from terngrad.train import models
-from terngrad.train.report import markdown_table
 from terngrad.train.trainer import (
     DEFAULT_TIMEOUT,
     RESUMABLE_CHANGES,
@@ -267,6 +266,8 @@ def compare(records: list[dict[str, Any]], a: str, b: str, variant: str) -> str 
 
 def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -> dict[str, Any]:
     """``results.json``, ``results.md`` and ``curves-<variant>.png`` in ``out``."""
+    from terngrad.train.report import markdown_table  # matplotlib: only when writing
+
     records = [_record(r, s) for r, s in zip(runs, summaries, strict=True)]
     base = runs[0].config
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}

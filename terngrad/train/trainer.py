@@ -25,6 +25,7 @@ import datetime
 import json
 import logging
 import math
+import multiprocessing
 import os
 import socket
 import sys
@@ -797,9 +798,14 @@ def _spawn(cfg: TrainConfig, folder: str, resume: str | None) -> None:
     level = log.level
     log.setLevel(logging.ERROR)
     try:
+        # a fork server that has imported torch, terngrad and the plots (rank 0 draws the
+        # curves) once, for every launch of this process: each worker is forked from it at
+        # once instead of importing torch anew (seconds a worker); the server is a fresh
+        # interpreter, so no thread of this process is ever forked
+        multiprocessing.set_forkserver_preload([__name__, "terngrad.train.report"])
         context = torch.multiprocessing.start_processes(
             _spawned_worker, args=(cfg, _free_port(), folder, resume), nprocs=cfg.workers,
-            join=False, start_method="spawn",
+            join=False, start_method="forkserver",
         )  # fmt: skip
         while not context.join(grace_period=STOP_GRACE):
             pass
