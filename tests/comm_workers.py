@@ -34,6 +34,18 @@ def draws(rank: int) -> Streams:
     return Streams(tuple(stream_seed(7, rank, p) for p in range(len(SEGMENTS))))
 
 
+def _measured(link, exchange, g, layout, streams, gen) -> dict:
+    """One exchange of ``g``: its mean, this rank's own values, the bytes it counted."""
+    sent, received = link.counter.sent, link.counter.received
+    result = exchange.reduce(g, layout, streams, gen, key="bucket")
+    return {
+        "mean": result.mean,
+        "own": result.own,
+        "sent": link.counter.sent - sent,
+        "received": link.counter.received - received,
+    }
+
+
 def exchanges(rank: int, world: int) -> dict:
     """Every topology with grid and message quantizers on one flat gradient per rank."""
     link = Link(dist.new_group())
@@ -46,14 +58,9 @@ def exchanges(rank: int, world: int) -> dict:
         for aggregate in ("requantize", "fp16") if name == "linear" else ("requantize",):
             exchange = make_exchange(topology, q, link, aggregate, resolve(kernels))
             gen = torch.Generator().manual_seed(rank_seed(8, rank))  # re-quantization
-            sent, received = link.counter.sent, link.counter.received
-            result = exchange.reduce(g, layout, draws(rank), gen, key="bucket")
-            out[(name, str(options), topology, aggregate, kernels)] = {
-                "mean": result.mean,
-                "own": result.own,
-                "sent": link.counter.sent - sent,
-                "received": link.counter.received - received,
-            }
+            out[(name, str(options), topology, aggregate, kernels)] = _measured(
+                link, exchange, g, layout, draws(rank), gen
+            )
     bad = g.clone()
     if rank == world - 1:
         bad[5] = float("nan")
@@ -473,14 +480,9 @@ def algorithm2(rank: int, world: int) -> dict:
             exchange = make_exchange(topology, q, link, aggregate, resolve("numba"))
             gen = torch.Generator().manual_seed(rank_seed(8, rank))
             for repeat in range(2):
-                sent, received = link.counter.sent, link.counter.received
-                result = exchange.reduce(g, layout, draws(rank), gen, key="bucket")
-                out[(name, str(options), topology, aggregate, repeat)] = {
-                    "mean": result.mean,
-                    "own": result.own,
-                    "sent": link.counter.sent - sent,
-                    "received": link.counter.received - received,
-                }
+                out[(name, str(options), topology, aggregate, repeat)] = _measured(
+                    link, exchange, g, layout, draws(rank), gen
+                )
     for topology, aggregate in itertools.product(("ps", "sharded"), ("coherent", "requantize")):
         torch.manual_seed(0)
         model = MLP()
