@@ -76,3 +76,22 @@ def test_a_two_run_smoke_reproduction(tmp_path, capsys, monkeypatch):
 )
 def test_bad_reproductions_are_one_line(capsys, argv, message):
     assert message in refused(capsys, argv)
+
+
+def test_comparisons_pair_the_seeds_when_both_methods_ran_them():
+    def rec(method, seed, accuracy):
+        return {"method": method, "variant": "clip", "exchange": "allgather", "seed": seed,
+                "final_accuracy": accuracy}  # fmt: skip
+
+    # a seed moves both methods by 0.5 points; a is 0.1 point better at every seed: real when
+    # paired, lost in the seeds' spread when not
+    records = [rec(m, s, 0.95 + 0.005 * s + (0.001 if m == "a" else 0)) for m in "ab"
+               for s in range(3)]  # fmt: skip
+    assert oq.compare(records, "a", "b", "clip").endswith("paired over 3 seeds; higher)")
+    records = [r for r in records if not (r["method"] == "b" and r["seed"] == 2)]
+    records.append(rec("b", 3, 0.965))
+    assert "unpaired; within the noise" in oq.compare(records, "a", "b", "clip")
+    records.append(rec("c", 0, 0.9))
+    assert "one seed: no error bar" in oq.compare(records, "c", "a", "clip")
+    assert oq.compare(records, "a", "d", "clip") is None
+    assert oq.compare(records, "a", "b", "noclip") is None

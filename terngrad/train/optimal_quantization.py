@@ -247,21 +247,38 @@ def _cell(values: list[float]) -> str:
 
 
 def compare(records: list[dict[str, Any]], a: str, b: str, variant: str) -> str | None:
-    """``a`` against ``b`` on final accuracy in ``variant``: the difference of the means, and
-    whether it exceeds twice its standard error (a real difference, with several seeds) or
-    not; ``None`` if either is missing."""
-    xs = [r["final_accuracy"] for r in records if (r["method"], r["variant"]) == (a, variant)
-          and r["exchange"] == "allgather"]  # fmt: skip
-    ys = [r["final_accuracy"] for r in records if (r["method"], r["variant"]) == (b, variant)
-          and r["exchange"] == "allgather"]  # fmt: skip
+    """``a`` against ``b`` on final accuracy in ``variant`` (the allgather rows): the difference
+    of the means and whether it exceeds twice its standard error ("higher"/"lower", else "within
+    the noise"); ``None`` if either is missing. Runs of one seed share the initial weights and the
+    data order, so where both have the same seeds (two or more) the difference is taken seed by
+    seed (paired: the seed's own effect cancels); else the two spreads are combined (Welch)."""
+
+    def by_seed(method: str) -> dict[int, float]:
+        return {
+            r["seed"]: r["final_accuracy"]
+            for r in records
+            if (r["method"], r["variant"], r["exchange"]) == (method, variant, "allgather")
+        }
+
+    xs, ys = by_seed(a), by_seed(b)
     if not xs or not ys:
         return None
-    diff = 100 * (statistics.fmean(xs) - statistics.fmean(ys))
-    if len(xs) > 1 and len(ys) > 1:
-        se = 100 * math.sqrt(statistics.variance(xs) / len(xs) + statistics.variance(ys) / len(ys))
-        verdict = ("higher" if diff > 0 else "lower") if abs(diff) > 2 * se else "within the noise"
-        return f"{a} − {b}: {diff:+.2f} points (± {se:.2f} s.e.; {verdict})"
-    return f"{a} − {b}: {diff:+.2f} points (one seed: no error bar)"
+    if len(xs) > 1 and xs.keys() == ys.keys():
+        diffs = [100 * (xs[k] - ys[k]) for k in sorted(xs)]
+        diff = statistics.fmean(diffs)
+        se = statistics.stdev(diffs) / math.sqrt(len(diffs))
+        how = f"paired over {len(diffs)} seeds"
+    elif len(xs) > 1 and len(ys) > 1:
+        diff = 100 * (statistics.fmean(xs.values()) - statistics.fmean(ys.values()))
+        se = 100 * math.sqrt(
+            statistics.variance(xs.values()) / len(xs) + statistics.variance(ys.values()) / len(ys)
+        )
+        how = "unpaired"
+    else:
+        diff = 100 * (statistics.fmean(xs.values()) - statistics.fmean(ys.values()))
+        return f"{a} − {b}: {diff:+.2f} points (one seed: no error bar)"
+    verdict = ("higher" if diff > 0 else "lower") if abs(diff) > 2 * se else "within the noise"
+    return f"{a} − {b}: {diff:+.2f} points (± {se:.2f} s.e., {how}; {verdict})"
 
 
 def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -> dict[str, Any]:
@@ -303,8 +320,10 @@ def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -
         f"{base.weight_decay}, {base.worker_batch} examples per worker; every tensor quantized in "
         f"buckets of {BUCKET}; clip variant: clipping at {CLIP} sigma and a linear warm-up from "
         f"lr/10 over {_warmup(runs)} steps for every method (fp32 too). Accuracy is on the whole "
-        "test set; ± is the sample standard deviation over seeds; a difference is called real "
-        "when it exceeds twice its standard error.\n"
+        "test set; ± in the table is the sample standard deviation over seeds; a difference is "
+        "called real (higher/lower) when it exceeds twice its standard error, taken seed by seed "
+        "where both methods ran the same seeds (a seed fixes the initial weights and the data "
+        "order of every method alike).\n"
     )
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "results.md", text)
