@@ -95,3 +95,16 @@ def test_comparisons_pair_the_seeds_when_both_methods_ran_them():
     assert "one seed: no error bar" in oq.compare(records, "c", "a", "clip")
     assert oq.compare(records, "a", "d", "clip") is None
     assert oq.compare(records, "a", "b", "noclip") is None
+
+
+def test_algorithm2_rows_are_set_beside_the_exact_average_of_the_same_seed():
+    def rec(exchange, accuracy, sent):
+        return {"method": "orq-5", "variant": "clip", "exchange": exchange, "seed": 0,
+                "final_accuracy": accuracy, "bytes_per_step": sent}  # fmt: skip
+
+    records = [rec("allgather", 0.95, 1000), rec("ps/coherent", 0.94, 3000)]
+    assert oq._broadcasts(records, "clip") == [
+        "Algorithm 2, orq-5 through ps/coherent: final 94.00% against 95.00% with the exact "
+        "average (seed 0); the server sends 3,000 bytes a step (an allgather rank 1,000)"
+    ]
+    assert oq._broadcasts(records, "noclip") == []

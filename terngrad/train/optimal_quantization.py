@@ -310,6 +310,7 @@ def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -
         pairs += [("bingrad-b", "signsgd"), ("bingrad-pb", "signsgd")]
         pairs += [(m, "fp32") for m in ("orq-5", "bingrad-b", "bingrad-pb", "terngrad")]
         lines = [c for c in (compare(records, a, b, variant) for a, b in pairs) if c]
+        lines += _broadcasts(records, variant)
         if lines:
             claims.append(f"**{variant}**\n\n" + "\n".join(f"- {line}" for line in lines))
     text = (
@@ -332,6 +333,25 @@ def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -
     for variant in variants:
         _write_curves(records, variant, out / f"curves-{variant}.png", base)
     return result
+
+
+def _broadcasts(records: list[dict[str, Any]], variant: str) -> list[str]:
+    """Algorithm 2's rows against the same method and seed through ``allgather`` (whose
+    aggregate is exact): what the low-bit broadcast cost in accuracy and saved in bytes."""
+    exact = {(r["method"], r["seed"]): r for r in records
+             if r["variant"] == variant and r["exchange"] == "allgather"}  # fmt: skip
+    lines = []
+    for r in records:
+        base = exact.get((r["method"], r["seed"]))
+        if r["variant"] != variant or r["exchange"] == "allgather" or base is None:
+            continue
+        lines.append(
+            f"Algorithm 2, {r['method']} through {r['exchange']}: final "
+            f"{100 * r['final_accuracy']:.2f}% against {100 * base['final_accuracy']:.2f}% with "
+            f"the exact average (seed {r['seed']}); the server sends {r['bytes_per_step']:,.0f} "
+            f"bytes a step (an allgather rank {base['bytes_per_step']:,.0f})"
+        )
+    return lines
 
 
 def _warmup(runs: list[Run]) -> int:
