@@ -147,13 +147,9 @@ class LevelQuantizer(Quantizer):
         return idx + (uniform.double() < p)
 
     def _quantize(self, flat, layout, uniform, scale):
-        flat = self.prepare(flat, layout)
-        scales, digits = [], []
-        u_rows = layout.rows(uniform) if uniform is not None else None
-        for i, (rows, sc, lv) in enumerate(self._bucket_levels(flat, layout)):
-            digits.append(self._round_rows(rows, lv, None if u_rows is None else u_rows[i]))
-            scales.append(sc.reshape(-1))
-        return torch.cat(scales), torch.cat([d.reshape(-1) for d in digits])
+        y = self.prepare(flat, layout)
+        scales = self.scales(y, layout)
+        return scales.reshape(-1), self.round_onto(y, layout, scales, uniform)
 
     def _dequantize(self, scales, values, layout, levels):
         k = self._scales_per_bucket(levels)

@@ -173,14 +173,19 @@ def _run(base, name, variant, seed, warmup, topology="allgather", aggregate="req
     return Run(name, variant, seed, cfg)
 
 
-def bits_per_element(method: str, model: str, input_shape=None) -> float:
+def parameter_sizes(model: str) -> list[int]:
+    """Elements of each parameter tensor of ``model`` (its default input, 10 classes)."""
+    net = models.build(model, models.default_input_shape(model), 10, None)
+    return [p.numel() for p in net.parameters()]
+
+
+def bits_per_element(method: str, model: str) -> float:
     """Wire bits per gradient element of one worker's message of the whole model's gradient
     (every tensor its own segment, buckets of :data:`BUCKET`): 32 for fp32."""
     if method == "fp32":
         return 32.0
     quantizer, options = method_table()[method]
-    net = models.build(model, input_shape or models.default_input_shape(model), 10, None)
-    sizes = [p.numel() for p in net.parameters()]
+    sizes = parameter_sizes(model)
     return 8 * quantize.get(quantizer, **options).message_nbytes(sum(sizes), sizes) / sum(sizes)
 
 
@@ -224,8 +229,7 @@ def _record(r: Run, summary: dict[str, Any]) -> dict[str, Any]:
     metrics = [json.loads(line) for line in (Path(cfg.out) / "metrics.jsonl").open()]
     sent = summary.get("bytes_sent_per_step")
     if sent is None:  # PyTorch's ring all-reduce of the fp32 gradient: 2 (N-1)/N * 4 d bytes
-        d = sum(p.numel() for p in models.build(cfg.model, models.default_input_shape(cfg.model),
-                                                 10, None).parameters())  # fmt: skip
+        d = sum(parameter_sizes(cfg.model))
         sent = 2 * (cfg.workers - 1) * 4 * d / cfg.workers
     return {
         "method": r.method, "variant": r.variant, "seed": r.seed, "exchange": r.exchange,
