@@ -91,7 +91,7 @@ def bench_accuracy(args: argparse.Namespace) -> int:
 
     given = args.batch_size is not None or args.total_batch_size is not None
     base = TrainConfig(
-        out=args.out, model=args.model, dataset=args.dataset, data_dir=args.data_dir,
+        out=args.out, model=args.model, dataset=_dataset(args), data_dir=args.data_dir,
         workers=args.workers, optimizer=args.optimizer, lr=args.lr, momentum=args.momentum,
         weight_decay=args.weight_decay, lr_schedule=args.lr_schedule, lr_power=args.lr_power,
         warmup_steps=args.warmup_steps, warmup_epochs=args.warmup_epochs,
@@ -198,9 +198,11 @@ def study(args: argparse.Namespace) -> int:
     from terngrad.bench import study as st
     from terngrad.bench.study_report import findings, write_report
     from terngrad.train import data, models
+    from terngrad.train.trainer import check_pairing
 
     st.check_methods(args.methods)  # fail before loading anything
-    model_name, dataset = args.model or "lenet", args.dataset or "mnist"
+    model_name = args.model or "lenet"
+    dataset = args.dataset or default_dataset(model_name)
     data_dir, state = args.data_dir, None
     if args.from_checkpoint:
         ckpt = _read_checkpoint(args.from_checkpoint)
@@ -214,8 +216,10 @@ def study(args: argparse.Namespace) -> int:
         dataset = args.dataset or saved["dataset"]
         data_dir = args.data_dir or saved.get("data_dir")
         state = ckpt["model"]
-    ds = data.load(dataset, data_dir, synthetic_shape=models.default_input_shape(model_name),
-                   synthetic_classes=10, seed=args.seed)  # fmt: skip
+    check_pairing(model_name, dataset)
+    shape = models.default_input_shape(model_name)
+    ds = data.load(dataset, data_dir, synthetic_shape=shape, synthetic_classes=10,
+                   seed=args.seed, context=shape[0])  # fmt: skip
     torch.manual_seed(args.seed)
     model = models.build(model_name, ds.input_shape, ds.num_classes)
     if state is not None:
@@ -226,12 +230,12 @@ def study(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"{args.from_checkpoint} does not fit {model_name} on {dataset}: {first}"
             ) from None
-    sampler = data.ShardSampler(len(ds.train_y), 0, 1, args.batch_size, args.seed)
+    sampler = data.ShardSampler(ds.train_size, 0, 1, args.batch_size, args.seed)
     gen = torch.Generator().manual_seed(args.seed)
     batches = (ds.train_batch(sampler.batch(s), gen) for s in range(args.steps + 1))
     title = f"{model_name} on {dataset}" + (" (from a checkpoint)" if state is not None else "")
     result = st.study(
-        model, torch.nn.functional.cross_entropy, batches, steps=args.steps,
+        model, models.loss, batches, steps=args.steps,
         capture_at=args.capture_at, methods=args.methods, draws=args.draws,
         optimizer=torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9),
         title=title, seed=args.seed, progress=lambda m: print(m, file=sys.stderr, flush=True),
@@ -282,7 +286,7 @@ def _config(args: argparse.Namespace):
     return TrainConfig(
         out=args.out,
         model=args.model,
-        dataset=args.dataset,
+        dataset=_dataset(args),
         data_dir=args.data_dir,
         workers=args.workers,
         exchange=exchange_options(args),
@@ -323,8 +327,13 @@ def train(args: argparse.Namespace) -> int:
             if summary["bytes_sent_per_rank"] is not None
             else f"PyTorch's {cfg.baseline} averaging (bytes not counted outside the testbed)"
         )
+        score = (
+            f"validation {summary['bits_per_char']:.3f} bits/char"
+            if "bits_per_char" in summary
+            else f"test accuracy {100 * summary['accuracy']:.2f}%"
+        )
         print(
-            f"test accuracy {100 * summary['accuracy']:.2f}% after {cfg.steps} steps; {sent}; "
+            f"{score} after {cfg.steps} steps; {sent}; "
             f"{summary['seconds']:.0f} s; outputs in {cfg.out}/ (metrics.jsonl, summary.json, "
             "checkpoint-*.pt, curves.png)"
         )
@@ -334,11 +343,13 @@ def train(args: argparse.Namespace) -> int:
 def reproduce(args: argparse.Namespace) -> int:
     from terngrad.train import experiments
 
-    orq_only = [flag for flag, given in _ORQ_FLAGS.items() if getattr(args, given) is not None]
     if args.experiment == "orq":
+        _only_for(args, "orq", _ORQ_FLAGS)
         return reproduce_orq(args)
-    if orq_only:
-        raise ValueError(f"{', '.join(orq_only)}: only for terngrad reproduce orq")
+    if args.experiment == "transformer":
+        _only_for(args, "transformer", _TRANSFORMER_FLAGS)
+        return reproduce_transformer(args)
+    _only_for(args, args.experiment, {})
     out = args.out or f"runs/reproduce-{args.experiment}"
     workers = tuple(args.workers) if args.workers else None
     if args.experiment == "lenet":
@@ -358,8 +369,52 @@ _ORQ_FLAGS = {
     "--variants": "variants", "--warmup-steps": "warmup_steps", "--eval-every": "eval_every",
     "--no-algorithm2": "no_algorithm2",
 }  # fmt: skip
+#: the options of ``reproduce transformer``
+_TRANSFORMER_FLAGS = {
+    "--seeds": "seeds", "--methods": "methods", "--eval-every": "eval_every",
+    "--full-precision-steps": "full_precision_steps",
+}  # fmt: skip
 #: the data set each model is compared on
 _ORQ_DATASETS = {"lenet": "mnist", "cifarnet": "fashion"}
+
+
+def _only_for(args: argparse.Namespace, experiment: str, allowed: dict[str, str]) -> None:
+    """Refuse the options of another experiment than ``experiment``."""
+    flags = {**_ORQ_FLAGS, **_TRANSFORMER_FLAGS}
+    given = [f for f, name in flags.items() if f not in allowed and getattr(args, name) is not None]
+    if given:
+        owners = [e for e, own in (("orq", _ORQ_FLAGS), ("transformer", _TRANSFORMER_FLAGS))
+                  if all(f in own for f in given)]  # fmt: skip
+        where = (
+            f"only for terngrad reproduce {' or '.join(owners)}"
+            if owners
+            else ("not for this experiment")
+        )
+        raise ValueError(f"{', '.join(given)}: {where}, not {experiment}")
+
+
+def reproduce_transformer(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from terngrad.train import transformer as tf
+
+    if args.workers and len(args.workers) != 1:
+        raise ValueError("terngrad reproduce transformer runs one worker count: give --workers N")
+    out = args.out or "runs/reproduce-transformer"
+    steps = args.steps or 1000
+    base = tf.protocol(out, args.data_dir, args.workers[0] if args.workers else 4, steps,
+                       args.eval_every)  # fmt: skip
+    runs = tf.plan(base, tuple(args.methods or tf.METHODS), args.seeds or 1,
+                   args.full_precision_steps)  # fmt: skip
+    print(
+        f"terngrad reproduce transformer: {len(runs)} runs of {steps} steps, {base.model} on "
+        f"{base.dataset}, {base.workers} workers, into {out}/",
+        flush=True,
+    )
+    tf.run_all(runs, Path(out))
+    print((Path(out) / "results.md").read_text())
+    print(f"Written: {out}/results.json, {out}/results.md, {out}/curves.png")
+    return 0
 
 
 def reproduce_orq(args: argparse.Namespace) -> int:
@@ -476,6 +531,10 @@ def add_exchange_arguments(p: argparse.ArgumentParser) -> None:
         help=f"tensors with fewer elements stay full precision ({MIN_NUMEL})",
     )  # fmt: skip
     g.add_argument(
+        "--full-precision-steps", type=_non_negative_int, default=0, metavar="K",
+        help="average in full precision for the first K steps, then quantize (0)",
+    )  # fmt: skip
+    g.add_argument(
         "--aggregate", default="requantize",
         help=f"how aggregates off the shared grid travel: {', '.join(AGGREGATES)} (coherent: "
         "levels agreed by all ranks, the ORQ paper's Algorithm 2 option a)",
@@ -487,12 +546,23 @@ def add_exchange_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def default_dataset(model: str) -> str:
+    """The data set a model trains on unless told: pydoc for a language model, else MNIST."""
+    from terngrad.train import models
+
+    return "pydoc" if models.is_language_model(model) else "mnist"
+
+
+def _dataset(args: argparse.Namespace) -> str:
+    return args.dataset or default_dataset(args.model)
+
+
 def _add_model_arguments(p: argparse.ArgumentParser) -> None:
     from terngrad.train import data, models
 
     g = p.add_argument_group("model and data")
     g.add_argument("--model", default="lenet", choices=models.names())
-    g.add_argument("--dataset", default="mnist", choices=data.names())
+    g.add_argument("--dataset", choices=data.names(), help="(mnist; gpt: pydoc)")
     g.add_argument("--data-dir", help="folder of the data set's files (CIFAR-10: required)")
     g.add_argument(
         "--dropout", type=_fraction, help="dropout ratio of the model's dropout layers, [0, 1)"
@@ -593,9 +663,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "reproduce",
-        help="the papers' experiments: lenet, cifar, fashion (TernGrad); orq (ORQ/BinGrad)",
+        help="the papers' experiments: lenet, cifar, fashion (TernGrad); orq (ORQ/BinGrad); "
+        "transformer (TernGrad on a GPT with AdamW)",
     )
-    p.add_argument("experiment", choices=("lenet", "cifar", "fashion", "orq"))
+    p.add_argument("experiment", choices=("lenet", "cifar", "fashion", "orq", "transformer"))
     p.add_argument("--steps", type=_positive_int, help="shorten (or lengthen) every run")
     p.add_argument("--workers", type=_positive_int, nargs="+", help="worker counts to run")
     p.add_argument("--data-dir", help="the data set's folder (CIFAR-10: required)")
@@ -607,7 +678,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--model", choices=models.names(), help="lenet (default) or cifarnet, ...")
     g.add_argument("--dataset", choices=data.names(), help="lenet: mnist, cifarnet: fashion")
     g.add_argument("--seeds", type=_positive_int, help="seeds of the main methods (3)")
-    g.add_argument("--methods", nargs="+", choices=METHODS, help="a subset (all)")
+    g.add_argument("--methods", nargs="+", metavar="METHOD",
+                   help=f"a subset (all): {', '.join(METHODS)}")  # fmt: skip
     g.add_argument("--variants", nargs="+", choices=VARIANTS, help="noclip, clip (both)")
     g.add_argument(
         "--warmup-steps", type=_non_negative_int,
@@ -617,6 +689,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--no-algorithm2", action="store_const", const=True,
         help="skip the parameter-server rows (ORQ-5, BinGrad-b with both broadcasts)",
+    )  # fmt: skip
+    from terngrad.train.transformer import METHODS as TRANSFORMER_METHODS
+
+    g = p.add_argument_group(
+        "transformer (also --seeds: 1, --methods, --eval-every)",
+        f"methods: {', '.join(TRANSFORMER_METHODS)}",
+    )
+    g.add_argument(
+        "--full-precision-steps", type=_positive_int, metavar="K",
+        help="terngrad-fp's full-precision steps before TernGrad (a fifth of --steps)",
     )  # fmt: skip
     p.set_defaults(func=reproduce)
 
@@ -721,7 +803,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("study", help="every quantizer on a model's real gradients: a report")
     p.add_argument("--model", choices=models.names(), help="(lenet; with --from-checkpoint: its)")
-    p.add_argument("--dataset", choices=data.names(), help="(mnist; with --from-checkpoint: its)")
+    p.add_argument(
+        "--dataset", choices=data.names(), help="(mnist, gpt: pydoc; with --from-checkpoint: its)"
+    )
     p.add_argument("--data-dir", help="the data set's folder (CIFAR-10: required)")
     p.add_argument("--from-checkpoint", help="start from a terngrad train checkpoint file")
     p.add_argument("--steps", type=_non_negative_int, default=200, help="training steps (200)")

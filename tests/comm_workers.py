@@ -496,3 +496,34 @@ def algorithm2(rank: int, world: int) -> dict:
             "losses": losses,
         }
     return out
+
+
+def full_precision_warmup(rank: int, world: int) -> dict:
+    """``full_precision_steps=2``: per step, the DDP gradients against the exact mean of the
+    ranks' local gradients, the bytes the step sent, and the error-feedback residual."""
+    torch.manual_seed(0)
+    model = MLP()
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
+    state = terngrad.ddp.register(
+        ddp, topology="sharded", full_precision_steps=2, error_feedback=True, min_numel=0
+    )
+    local = copy.deepcopy(model)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    steps = []
+    for x, y in _batches(rank, 4):
+        local.load_state_dict(model.state_dict())
+        local.zero_grad()
+        nn.functional.cross_entropy(local(x), y).backward()
+        exact = torch.cat([p.grad.flatten() for p in local.parameters()])
+        dist.all_reduce(exact)
+        exact /= world
+        sent = state.stats.bytes_sent
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(ddp(x), y).backward()
+        steps.append({
+            "equal": torch.equal(torch.cat([p.grad.flatten() for p in model.parameters()]), exact),
+            "sent": state.stats.bytes_sent - sent,
+            "residual": state.reducer.memory.norm(),
+        })  # fmt: skip
+        optimizer.step()
+    return {"steps": steps, "params": sum(p.numel() for p in model.parameters())}

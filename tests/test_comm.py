@@ -295,3 +295,14 @@ def test_kernels_torch_keeps_the_level_quantizers_on_the_reference():
         reference_calls, reference_mean = result["torch"]
         assert fused_calls >= 1 and reference_calls == 0
         assert torch.equal(fused_mean, reference_mean)  # the same bytes either way
+
+
+def test_full_precision_steps_average_exactly_then_quantize():
+    # 2 ranks: a sum of two floats does not depend on the order, so the warm-up's mean is
+    # bitwise the mean of the local gradients
+    for out in run(w.full_precision_warmup, 2):
+        steps, fp32_ring = out["steps"], 2 * (2 - 1) * 4 * out["params"] // 2
+        assert [s["equal"] for s in steps] == [True, True, False, False]
+        assert [s["sent"] for s in steps[:2]] == [fp32_ring, fp32_ring]  # all-reduced fp32
+        assert all(0 < s["sent"] < fp32_ring / 4 for s in steps[2:]), steps  # ternary after
+        assert [s["residual"] == 0 for s in steps] == [True, True, False, False]

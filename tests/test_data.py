@@ -361,8 +361,9 @@ def test_synthetic_is_seeded():
 
 
 def test_names_and_unknown_name():
-    assert data.names() == ["mnist", "fashion", "cifar10", "synthetic"]
-    with pytest.raises(ValueError, match="mnist, fashion, cifar10, synthetic"):
+    assert data.names() == ["mnist", "fashion", "cifar10", "synthetic", "pydoc"]
+    assert [name for name in data.names() if data.is_text(name)] == ["pydoc"]
+    with pytest.raises(ValueError, match="mnist, fashion, cifar10, synthetic, pydoc"):
         data.load("imagenet")
 
 

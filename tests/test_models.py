@@ -1,5 +1,6 @@
 """The model registry: names and defaults, output shapes on default and small inputs, parameter
-counts, the classifier as the last parameterised submodule, dropout, and bad arguments."""
+counts, the classifier as the last parameterised submodule, dropout, and bad arguments (of the
+image models; the GPT's own tests are in test_language_model.py)."""
 
 import functools
 import itertools
@@ -11,6 +12,7 @@ from torch import nn
 from terngrad.train import models
 
 CLASSES = 7  # not 10, so a classifier left at a default width would show
+IMAGE_MODELS = [name for name in models.names() if not models.is_language_model(name)]
 # A small input each model must run on; the ImageNet models are built for it with dropout 0 once.
 SMALL = {
     "lenet": (1, 16, 16),  # the smallest LeNet input
@@ -47,7 +49,8 @@ def _count(model):
 
 
 def test_names_and_default_shapes():
-    assert models.names() == ["lenet", "cifarnet", "alexnet", "vgg-a", "googlenet", "mlp"]
+    assert models.names() == ["lenet", "cifarnet", "alexnet", "vgg-a", "googlenet", "mlp", "gpt"]
+    assert models.names()[:-1] == IMAGE_MODELS
     assert {name: models.default_input_shape(name) for name in models.names()} == {
         "lenet": (1, 28, 28),
         "cifarnet": (3, 24, 24),
@@ -55,6 +58,7 @@ def test_names_and_default_shapes():
         "vgg-a": (3, 224, 224),
         "googlenet": (3, 224, 224),
         "mlp": (1, 28, 28),
+        "gpt": (128,),
     }
 
 
@@ -66,13 +70,13 @@ def _check_forward(model, shape, batch):
     assert torch.isfinite(out).all()
 
 
-@pytest.mark.parametrize("name", models.names())
+@pytest.mark.parametrize("name", IMAGE_MODELS)
 def test_forward_shape_on_the_default_input(name):
     batch = 1 if models.default_input_shape(name)[1] >= 224 else 2
     _check_forward(_model(name), models.default_input_shape(name), batch)
 
 
-@pytest.mark.parametrize("name", models.names())
+@pytest.mark.parametrize("name", IMAGE_MODELS)
 def test_forward_shape_on_a_small_input(name):
     _check_forward(_model(name, SMALL[name], dropout=0.0), SMALL[name], 2)
 
@@ -135,7 +139,7 @@ def test_cifarnet_lrn_is_tensorflows():
     torch.testing.assert_close(lrns[0](x), expected)
 
 
-@pytest.mark.parametrize("name", models.names())
+@pytest.mark.parametrize("name", IMAGE_MODELS)
 def test_classifier_is_the_last_module_with_parameters(name):
     model = _model(name)
     owners = [m for m in model.modules() if any(True for _ in m.parameters(recurse=False))]
@@ -160,7 +164,7 @@ def test_default_dropout(name, default):
     assert ps == (set() if default is None else {default})
 
 
-@pytest.mark.parametrize("name", models.names())
+@pytest.mark.parametrize("name", IMAGE_MODELS)
 def test_dropout_given_is_used(name):
     model = _model(name, SMALL[name], dropout=0.3)
     assert _dropouts(model) and all(m.p == 0.3 for m in _dropouts(model))
@@ -172,7 +176,7 @@ def test_dropout_given_is_used(name):
         torch.testing.assert_close(model(x), model(x))
 
 
-@pytest.mark.parametrize("name", models.names())
+@pytest.mark.parametrize("name", IMAGE_MODELS)
 def test_dropout_zero_means_none(name):
     assert _dropouts(_model(name, SMALL[name], dropout=0.0)) == []
 

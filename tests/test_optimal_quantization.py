@@ -58,9 +58,9 @@ def test_a_two_run_smoke_reproduction(tmp_path, capsys, monkeypatch):
     printed = capsys.readouterr().out
     assert "[2/2] orq-5 clip seed 0 (allgather): final" in printed
     # run again: both runs are read back, none is trained
-    from terngrad.train import optimal_quantization
+    from terngrad.train import experiments
 
-    monkeypatch.setattr(optimal_quantization, "launch", lambda cfg: pytest.fail("retrained"))
+    monkeypatch.setattr(experiments, "launch", lambda cfg: pytest.fail("retrained"))
     assert main([*SMOKE, "--out", str(out)]) == 0
     assert "(done before)" in capsys.readouterr().out
 
@@ -68,9 +68,20 @@ def test_a_two_run_smoke_reproduction(tmp_path, capsys, monkeypatch):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["reproduce", "orq", "--methods", "orq-4"], "invalid choice: 'orq-4'"),
+        (["reproduce", "orq", "--methods", "orq-4"], "unknown method 'orq-4'; choose from"),
         (["reproduce", "orq", "--workers", "2", "4"], "one worker count"),
-        (["reproduce", "lenet", "--seeds", "2"], "--seeds: only for terngrad reproduce orq"),
+        (
+            ["reproduce", "lenet", "--seeds", "2"],
+            "--seeds: only for terngrad reproduce orq or transformer, not lenet",
+        ),
+        (
+            ["reproduce", "orq", "--full-precision-steps", "5"],
+            "--full-precision-steps: only for terngrad reproduce transformer, not orq",
+        ),
+        (
+            ["reproduce", "transformer", "--no-algorithm2"],
+            "--no-algorithm2: only for terngrad reproduce orq, not transformer",
+        ),
         (["reproduce", "orq", "--methods", "orq-5", "orq-5"], "named once"),
     ],
 )

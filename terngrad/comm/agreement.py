@@ -37,6 +37,7 @@ def exchange_config(
         "topology": options.topology,
         "error_feedback": options.error_feedback,
         "aggregate": options.aggregate,
+        "full_precision_steps": options.full_precision_steps,
         "excluded": sorted(excluded),
         "seed": options.seed,
         "kernels": kernels.name,

@@ -64,6 +64,9 @@ class Options:
       server-side error feedback) or ``fp16``; or, for the per-bucket level quantizers,
       ``coherent``: one set of levels agreed by all ranks, the average rounded onto it
       (:mod:`terngrad.comm.coherent`);
+    * ``full_precision_steps``: the first this many steps average every gradient in full
+      precision (all-reduce), then the quantizer takes over: a warm-up as 1-bit Adam's
+      (Tang et al. 2021, Sec. 4) before compression starts;
     * ``seed``: every random draw of the exchange derives from it
       (:func:`~terngrad.kernels.stream_seed`);
     * ``timeout``: seconds a collective of the exchange waits before failing with
@@ -79,6 +82,7 @@ class Options:
     quantize_last: bool = False
     min_numel: int = MIN_NUMEL
     aggregate: str = "requantize"
+    full_precision_steps: int = 0
     seed: int = 0
     timeout: float | None = None
 
@@ -116,8 +120,9 @@ class Options:
         for name in ("error_feedback", "quantize_last"):
             if not isinstance(getattr(self, name), bool):
                 _fail(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if not _is_int(self.min_numel) or self.min_numel < 0:
-            _fail(f"min_numel must be a non-negative integer, got {self.min_numel!r}")
+        for name in ("min_numel", "full_precision_steps"):
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 0:
+                _fail(f"{name} must be a non-negative integer, got {getattr(self, name)!r}")
         if not _is_int(self.seed) or not -(2**63) <= self.seed < 2**63:
             _fail(f"seed must be an integer from -2**63 to 2**63 - 1, got {self.seed!r}")
         t = self.timeout

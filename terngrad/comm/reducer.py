@@ -132,6 +132,8 @@ class Reducer:
         Returns True if some rank's gradient was not finite: then the buffer is zeroed."""
         start = time.perf_counter()
         try:
+            if self.counters.steps < self.options.full_precision_steps:
+                return self._reduce_full_precision(buffer)
             return self._reduce_bucket(buffer, self.planner.plan(params), deferred)
         finally:
             self.counters.exchange_seconds += time.perf_counter() - start
@@ -169,6 +171,19 @@ class Reducer:
             scatter(buffer, plan.excluded, exact)
         elif plan.excluded:
             deferred.append((buffer, plan))
+        self._step_skipped |= skipped
+        return skipped
+
+    def _reduce_full_precision(self, buffer: torch.Tensor) -> bool:
+        """A step of the full-precision warm-up (``options.full_precision_steps``): the whole
+        bucket averaged by all-reduce in its dtype; error-feedback residuals are left as they
+        are. True (and the buffer zeroed) if some rank's gradient was not finite."""
+        averaged = full_precision.mean(self.link, buffer)
+        skipped = not bool(torch.isfinite(averaged).all())
+        if skipped:
+            buffer.zero_()
+        else:
+            buffer.copy_(averaged)
         self._step_skipped |= skipped
         return skipped
 

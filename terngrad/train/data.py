@@ -20,6 +20,8 @@ labels. The sets:
   The tutorial's random brightness and contrast distortions are not applied.
 * ``synthetic``: standard normal float32 images and uniform random labels drawn from ``seed``,
   for throughput measurements; nothing to learn.
+* ``pydoc``: text, not images: Python's documentation sources as a character-level corpus for
+  language models (Debian's ``python3-doc``), split by whole files (:mod:`terngrad.train.text`).
 
 A set that is not on disk raises :class:`DataMissing` with one line saying how to get it; a file
 that is there but malformed raises ``ValueError`` naming the file and the problem. Pickle files
@@ -45,7 +47,12 @@ from typing import Any
 import numpy as np
 import torch
 
-NAMES = ("mnist", "fashion", "cifar10", "synthetic")
+from terngrad.train import text
+from terngrad.train.text import TextSet
+
+NAMES = ("mnist", "fashion", "cifar10", "synthetic", "pydoc")
+#: the text corpora among them (inputs and targets are token ids, for language models)
+TEXT = ("pydoc",)
 #: training images of the synthetic data set unless asked otherwise
 SYNTHETIC_SIZE = 1024
 
@@ -130,6 +137,14 @@ class DataSet:
                     f"shape {self.input_shape}" + (" by cropping" if self.augment else "")
                 )
 
+    @property
+    def train_size(self) -> int:
+        return len(self.train_y)
+
+    @property
+    def test_size(self) -> int:
+        return len(self.test_y)
+
     def train_batch(
         self, index: torch.Tensor, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -201,15 +216,21 @@ def names() -> list[str]:
     return list(NAMES)
 
 
+def is_text(name: str) -> bool:
+    """Whether data set ``name`` is a text corpus (for language models) rather than images."""
+    return name in TEXT
+
+
 def load(
     name: str,
     data_dir: str | os.PathLike | None = None,
     *,
-    synthetic_shape: tuple[int, int, int] = (3, 224, 224),
+    synthetic_shape: tuple[int, ...] = (3, 224, 224),
     synthetic_classes: int = 1000,
     synthetic_size: int = SYNTHETIC_SIZE,
     seed: int = 0,
-) -> DataSet:
+    context: int = 128,
+) -> DataSet | TextSet:
     """Load data set ``name`` (one of :func:`names`) into memory.
 
     ``data_dir``: the folder holding its files (``mnist``: ``mnist.pkl.gz``, default the
@@ -218,6 +239,8 @@ def load(
     ``cifar-10-batches-py/`` or its files). The ``synthetic_*`` options and ``seed`` apply to
     ``synthetic`` only: ``synthetic_size`` training images of ``synthetic_shape`` (C, H, W) and
     ``synthetic_size // 4`` (at least 1) test images, labels below ``synthetic_classes``.
+    ``pydoc`` (a :class:`~terngrad.train.text.TextSet`; ``data_dir``: a folder of ``.txt``
+    files, default Python's documentation sources) reads windows of ``context`` characters.
     """
     if name == "mnist":
         return _load_mnist(data_dir)
@@ -227,6 +250,8 @@ def load(
         return _load_cifar10(data_dir)
     if name == "synthetic":
         return _synthetic(synthetic_shape, synthetic_classes, synthetic_size, seed)
+    if name == "pydoc":
+        return text.load_pydoc(data_dir, context)
     raise ValueError(f"unknown data set {name!r}; choose one of: {', '.join(NAMES)}")
 
 

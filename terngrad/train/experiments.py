@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from terngrad.comm import Options
 from terngrad.train.report import markdown_table, write_curves
-from terngrad.train.trainer import DEFAULT_TIMEOUT, TrainConfig, launch, prepare_out
+from terngrad.train.trainer import (
+    DEFAULT_TIMEOUT,
+    RESUMABLE_CHANGES,
+    TrainConfig,
+    launch,
+    prepare_out,
+)
 from terngrad.util.files import atomic_write_text
 
 #: Wen et al. 2017, the figures each experiment is compared with
@@ -77,6 +84,46 @@ def _grid(base: TrainConfig, workers) -> list[tuple[str, TrainConfig]]:
             exchange = base.exchange.replace(quantizer=quantizer)
             runs.append((label, replace(base, out=folder, workers=n, exchange=exchange)))
     return runs
+
+
+def finished_summary(cfg: TrainConfig) -> dict[str, Any] | None:
+    """The summary of a run already trained with these settings (up to what a resumed run may
+    change, ``steps`` aside), or ``None``."""
+    path = Path(cfg.out) / "summary.json"
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text())
+    saved = TrainConfig.from_dict(summary["config"])
+    ignore = [name for name in RESUMABLE_CHANGES if name != "steps"]
+    return summary if not cfg.diff(saved, ignore=ignore) else None
+
+
+def train_each(
+    runs: Sequence[tuple[str, TrainConfig]],
+    describe: Callable[[dict[str, Any]], str],
+    echo: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """Train the runs one after another (a finished one is read back, not trained again) and
+    return their summaries; every folder is checked before the first run starts. After each
+    run, one line: ``[i/n] label: describe(summary) (seconds, about N min left)``."""
+    for _, cfg in runs:
+        prepare_out(cfg)  # every bad setting or unwritable folder fails before training
+    summaries: list[dict[str, Any]] = []
+    began, trained = time.perf_counter(), 0
+    for i, (label, cfg) in enumerate(runs, start=1):
+        summary = finished_summary(cfg)
+        if summary is None:
+            started = time.perf_counter()
+            summary = launch(cfg) or {}
+            trained += 1
+            per_run = (time.perf_counter() - began) / trained
+            left = per_run * sum(1 for _, c in runs[i:] if finished_summary(c) is None)
+            note = f"{time.perf_counter() - started:.0f} s, about {left / 60:.0f} min left"
+        else:
+            note = "done before"
+        summaries.append(summary)
+        echo(f"[{i}/{len(runs)}] {label}: {describe(summary)} ({note})")
+    return summaries
 
 
 def run(name: str, runs: list[tuple[str, TrainConfig]], out: str) -> str:

@@ -1,15 +1,17 @@
 """The models of the TernGrad paper's experiments (Wen et al., NIPS 2017, Sec. 5), plus an MLP for
-throughput tests, by name.
+throughput tests and a small GPT for language modelling, by name.
 
 >>> from terngrad.train import models
 >>> models.names()
-['lenet', 'cifarnet', 'alexnet', 'vgg-a', 'googlenet', 'mlp']
+['lenet', 'cifarnet', 'alexnet', 'vgg-a', 'googlenet', 'mlp', 'gpt']
 >>> net = models.build("cifarnet", input_shape=(1, 28, 28), num_classes=10)
 >>> net(torch.zeros(2, 1, 28, 28)).shape
 torch.Size([2, 10])
 
-Every model maps a float batch ``(B, C, H, W)`` to ``(B, num_classes)`` logits, and its classifier
-``nn.Linear`` is the last submodule that owns parameters (the DDP hook keeps that one in fp32).
+Every image model maps a float batch ``(B, C, H, W)`` to ``(B, num_classes)`` logits; ``gpt``
+maps token ids ``(B, T)`` to next-token logits ``(B, T, vocabulary)`` (:func:`loss` scores both).
+In every model the output ``nn.Linear`` is the last submodule that owns parameters (the DDP hook
+keeps that one in fp32).
 The convolutional models accept any input at least as large as their layers need: LeNet and
 CIFARNet size their first fully connected layer from the input shape, the ImageNet models pool
 adaptively to the size their classifier expects. ``dropout`` is a probability; 0 means no dropout
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import ClassVar
@@ -110,7 +113,9 @@ class _Model(nn.Module):
     """What :func:`build` needs of a model class: its registry name and defaults."""
 
     name: ClassVar[str]
-    default_input_shape: ClassVar[tuple[int, int, int]]
+    #: ``image``: float images (C, H, W) to class logits; ``text``: token ids (T,) to logits
+    task: ClassVar[str] = "image"
+    default_input_shape: ClassVar[tuple[int, ...]]
     default_dropout: ClassVar[float] = 0.0
 
 
@@ -417,10 +422,101 @@ class MLP(_Model):
         return self.layers(x)
 
 
+class _CausalSelfAttention(nn.Module):
+    """Multi-head self-attention over the positions up to each one: ``qkv`` (d -> 3d) splits into
+    ``heads`` heads of ``d / heads``, ``softmax(q k^T / sqrt(d/heads) + causal mask) v``, then
+    ``proj`` (d -> d) (Vaswani et al. 2017, Sec. 3.2)."""
+
+    def __init__(self, width: int, heads: int, dropout: float) -> None:
+        super().__init__()
+        self.heads, self.dropout = heads, dropout
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = (
+            part.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+            for part in self.qkv(x).split(d, dim=2)
+        )
+        y = nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+        )
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class _Block(nn.Module):
+    """A pre-norm transformer block (GPT-2): ``x + attn(ln1(x))``, then ``x + mlp(ln2(x))`` with
+    ``mlp`` = Linear(d, 4d) -> GELU -> Linear(4d, d)."""
+
+    def __init__(self, width: int, heads: int, dropout: float) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(width)
+        self.attn = _CausalSelfAttention(width, heads, dropout)
+        self.ln2 = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width), *_dropout(dropout)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(_Model):
+    """A small GPT-style character-level language model (not from the paper; Radford et al.
+    2019's layout at a small size): token and learned position embeddings (d each), ``layers``
+    pre-norm blocks of causal self-attention with ``heads`` heads and a 4d MLP, a final layer
+    norm and a linear head to the vocabulary (not tied to the embedding, so the head is the
+    last layer the DDP hook keeps in fp32). Defaults: 4 layers, d = 256, 4 heads, context 128,
+    about 3.2 million parameters. Inputs are token ids ``(B, T)`` with ``T <= context``; outputs
+    are next-token logits ``(B, T, num_classes)``. Initialisation as GPT-2: weights
+    ``N(0, 0.02)``, the residual projections ``N(0, 0.02 / sqrt(2 * layers))``, zero biases."""
+
+    name = "gpt"
+    task = "text"
+    default_input_shape = (128,)
+
+    def __init__(
+        self,
+        input_shape: tuple[int] = default_input_shape,
+        num_classes: int = 256,
+        dropout: float = 0.0,
+        width: int = 256,
+        layers: int = 4,
+        heads: int = 4,
+    ) -> None:
+        super().__init__()
+        if width % heads:
+            raise ValueError(f"gpt: width {width} does not split into {heads} heads")
+        self.context = input_shape[0]
+        self.token = nn.Embedding(num_classes, width)
+        self.position = nn.Embedding(self.context, width)
+        self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.blocks = nn.Sequential(*(_Block(width, heads, dropout) for _ in range(layers)))
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, num_classes)
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif p.dim() >= 2:
+                residual = name.endswith(("attn.proj.weight", "mlp.2.weight"))
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * layers) if residual else 0.02)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = x.shape[1]
+        if t > self.context:
+            raise ValueError(
+                f"gpt: a sequence of {t} tokens is longer than the context {self.context}"
+            )
+        h = self.drop(self.token(x) + self.position(torch.arange(t, device=x.device)))
+        return self.head(self.norm(self.blocks(h)))
+
+
 # --------------------------------------------------------------------------- the registry
 
 _MODELS: dict[str, type[_Model]] = {
-    cls.name: cls for cls in (LeNet, CifarNet, AlexNet, VGGA, GoogLeNet, MLP)
+    cls.name: cls for cls in (LeNet, CifarNet, AlexNet, VGGA, GoogLeNet, MLP, GPT)
 }
 
 
@@ -437,32 +533,54 @@ def names() -> list[str]:
     return list(_MODELS)
 
 
-def default_input_shape(name: str) -> tuple[int, int, int]:
-    """The input ``(C, H, W)`` model ``name`` is built for when :func:`build` gets none."""
+def default_input_shape(name: str) -> tuple[int, ...]:
+    """The input model ``name`` is built for when :func:`build` gets none: ``(C, H, W)`` for an
+    image model, ``(context,)`` for a language model."""
     return _lookup(name).default_input_shape
+
+
+def is_language_model(name: str) -> bool:
+    """Whether model ``name`` reads token ids and predicts the next token (a text data set)."""
+    return _lookup(name).task == "text"
+
+
+def loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy of logits ``(..., classes)`` against int64 targets ``(...)``: over the batch
+    for a classifier ``(B, C)``, over every position for a language model ``(B, T, V)``."""
+    return nn.functional.cross_entropy(
+        logits.flatten(0, -2), targets.flatten(), reduction=reduction
+    )
 
 
 def build(
     name: str,
-    input_shape: tuple[int, int, int] | None = None,
+    input_shape: tuple[int, ...] | None = None,
     num_classes: int = 10,
     dropout: float | None = None,
 ) -> nn.Module:
     """Model ``name`` for inputs ``(B, *input_shape)`` (``None``: :func:`default_input_shape`),
-    returning ``(B, num_classes)`` logits; ``dropout`` ``None`` is the model's default, 0 none.
-    ``ValueError`` for an unknown name, a shape that is not three positive integers or is too small
-    for the model, ``num_classes < 2`` or ``dropout`` outside ``[0, 1)``."""
+    returning ``(B, num_classes)`` logits (a language model: ``(B, T, num_classes)``, the
+    vocabulary's size); ``dropout`` ``None`` is the model's default, 0 none. ``ValueError`` for
+    an unknown name, a shape that is not three positive integers (an image model) or one (a
+    language model's context) or is too small for the model, ``num_classes < 2`` or ``dropout``
+    outside ``[0, 1)``."""
     cls = _lookup(name)
     if input_shape is None:
         input_shape = cls.default_input_shape
+    rank = len(cls.default_input_shape)
     if not (
         isinstance(input_shape, Sequence)
-        and len(input_shape) == 3
+        and len(input_shape) == rank
         and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in input_shape)
     ):
+        what = (
+            "three positive integers (channels, height, width)"
+            if rank == 3
+            else ("one positive integer (the context length)")
+        )
         raise ValueError(
-            f"{name}: input_shape must be three positive integers (channels, height, width), "
-            f"e.g. {cls.default_input_shape}; got {input_shape!r}"
+            f"{name}: input_shape must be {what}, e.g. {cls.default_input_shape}; got "
+            f"{input_shape!r}"
         )
     if not (
         isinstance(num_classes, int) and not isinstance(num_classes, bool) and num_classes >= 2
@@ -481,6 +599,7 @@ def build(
 
 
 __all__ = [
+    "GPT",
     "MLP",
     "VGGA",
     "AlexNet",
@@ -490,5 +609,7 @@ __all__ = [
     "LeNet",
     "build",
     "default_input_shape",
+    "is_language_model",
+    "loss",
     "names",
 ]

@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,13 +40,8 @@ from typing import Any
 from terngrad import quantize
 from terngrad.comm import Options
 from terngrad.train import models
-from terngrad.train.trainer import (
-    DEFAULT_TIMEOUT,
-    RESUMABLE_CHANGES,
-    TrainConfig,
-    launch,
-    prepare_out,
-)
+from terngrad.train.experiments import train_each
+from terngrad.train.trainer import DEFAULT_TIMEOUT, TrainConfig
 from terngrad.util.files import atomic_write_text
 
 #: elements per bucket (one set of scales or levels each) for every method
@@ -189,38 +183,13 @@ def bits_per_element(method: str, model: str) -> float:
     return 8 * quantize.get(quantizer, **options).message_nbytes(sum(sizes), sizes) / sum(sizes)
 
 
-def _finished(cfg: TrainConfig) -> dict[str, Any] | None:
-    """The summary of a run already trained with these settings, or ``None``."""
-    path = Path(cfg.out) / "summary.json"
-    if not path.exists():
-        return None
-    summary = json.loads(path.read_text())
-    saved = TrainConfig.from_dict(summary["config"])
-    ignore = [name for name in RESUMABLE_CHANGES if name != "steps"]
-    return summary if not cfg.diff(saved, ignore=ignore) else None
-
-
 def run_all(runs: list[Run], out: Path, echo=print) -> dict[str, Any]:
     """Train every run (a finished one is read back), then write the results; returns them."""
-    for r in runs:
-        prepare_out(r.config)  # every bad setting or unwritable folder fails before training
-    summaries: list[dict[str, Any]] = []
-    began = time.perf_counter()
-    trained = 0
-    for i, r in enumerate(runs, start=1):
-        summary = _finished(r.config)
-        if summary is None:
-            started = time.perf_counter()
-            summary = launch(r.config) or {}
-            trained += 1
-            spent = time.perf_counter() - began
-            left = spent / trained * sum(1 for x in runs[i:] if _finished(x.config) is None)
-            note = f"{time.perf_counter() - started:.0f} s, about {left / 60:.0f} min left"
-        else:
-            note = "done before"
-        summaries.append(summary)
-        echo(f"[{i}/{len(runs)}] {r.label}: final {100 * summary['accuracy']:.2f}%, "
-             f"best {100 * summary['best_accuracy']:.2f}% ({note})")  # fmt: skip
+    summaries = train_each(
+        [(r.label, r.config) for r in runs],
+        lambda s: f"final {100 * s['accuracy']:.2f}%, best {100 * s['best_accuracy']:.2f}%",
+        echo,
+    )
     return write_results(runs, summaries, out)
 
 
@@ -364,7 +333,7 @@ def _warmup(runs: list[Run]) -> int:
 
 def _write_curves(records, variant: str, path: Path, base: TrainConfig) -> None:
     """Mean test accuracy over the seeds against step, one line per method (allgather rows)."""
-    from terngrad.train.report import write_accuracy_plot
+    from terngrad.train.report import write_step_plot
 
     lines: dict[str, list[tuple[int, float]]] = {}
     by_method: dict[str, list[list[tuple[int, float]]]] = {}
@@ -378,4 +347,4 @@ def _write_curves(records, variant: str, path: Path, base: TrainConfig) -> None:
             for i, step in enumerate(steps)
         ]
     title = f"{base.model} on {base.dataset}, {variant}: mean test accuracy over seeds"
-    write_accuracy_plot(lines, path, title)
+    write_step_plot(lines, path, title)

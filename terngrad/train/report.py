@@ -15,14 +15,21 @@ import matplotlib.pyplot as plt
 
 
 def write_curves(runs: dict[str, list[dict[str, Any]]], path: Path, title: str = "") -> None:
-    """Test accuracy and test loss against step, one line per run, written atomically."""
+    """Test accuracy and test loss against step, one line per run, written atomically (language
+    models: next-character accuracy and validation bits per character)."""
+    text = any("bits_per_char" in m for metrics in runs.values() for m in metrics)
     fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(11, 4))
     for label, metrics in runs.items():
         steps = [m["step"] for m in metrics]
         acc_ax.plot(steps, [100 * m["accuracy"] for m in metrics], marker=".", label=label)
-        loss_ax.plot(steps, [m["loss"] for m in metrics], marker=".", label=label)
-    acc_ax.set(xlabel="step", ylabel="test accuracy (%)", title="accuracy")
-    loss_ax.set(xlabel="step", ylabel="test loss", title="loss")
+        losses = [m["bits_per_char"] if text else m["loss"] for m in metrics]
+        loss_ax.plot(steps, losses, marker=".", label=label)
+    if text:
+        acc_ax.set(xlabel="step", ylabel="next-character accuracy (%)", title="accuracy")
+        loss_ax.set(xlabel="step", ylabel="validation bits per character", title="loss")
+    else:
+        acc_ax.set(xlabel="step", ylabel="test accuracy (%)", title="accuracy")
+        loss_ax.set(xlabel="step", ylabel="test loss", title="loss")
     loss_ax.set_yscale("log")
     for ax in (acc_ax, loss_ax):
         ax.grid(True, alpha=0.3)
@@ -36,21 +43,30 @@ def write_curves(runs: dict[str, list[dict[str, Any]]], path: Path, title: str =
         plt.close(fig)
 
 
-def write_accuracy_plot(
-    lines: dict[str, list[tuple[int, float]]], path: Path, title: str = ""
+def write_step_plot(
+    lines: dict[str, list[tuple[int, float]]],
+    path: Path,
+    title: str = "",
+    ylabel: str = "test accuracy (%)",
+    percent: bool = True,
 ) -> None:
-    """Test accuracy (a fraction) against step, one line per label — up to 20 told apart by
-    colour, dashed from the eleventh on — written atomically."""
+    """A value against step, one line per label — up to 20 told apart by colour, dashed from
+    the eleventh on — written atomically. ``percent``: the values are fractions (accuracy),
+    drawn as percent from a little under the worst final value to the best; else (a loss, lower
+    is better) from a little under the best final value to a quarter above the worst."""
     fig, ax = plt.subplots(figsize=(9, 5.5))
     colours = plt.get_cmap("tab20").colors
+    factor = 100 if percent else 1
     for i, (label, points) in enumerate(lines.items()):
-        ax.plot([s for s, _ in points], [100 * a for _, a in points], label=label,
+        ax.plot([s for s, _ in points], [factor * a for _, a in points], label=label,
                 color=colours[(2 * i) % 20 if i < 10 else (2 * i + 1) % 20],
                 linestyle="-" if i < 10 else "--", marker=".")  # fmt: skip
-    ax.set(xlabel="step", ylabel="test accuracy (%)", title=title)
-    finals = [100 * points[-1][1] for points in lines.values() if points]
-    if finals:  # the interesting band: from a little under the worst final to the best
+    ax.set(xlabel="step", ylabel=ylabel, title=title)
+    finals = [factor * points[-1][1] for points in lines.values() if points]
+    if finals and percent:  # the interesting band
         ax.set_ylim(max(0.0, min(finals) - 5), min(100.0, max(finals) + 1))
+    elif finals:
+        ax.set_ylim(0.95 * min(finals), 1.25 * max(finals))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()

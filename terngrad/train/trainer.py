@@ -6,7 +6,8 @@ agent for a real cluster. Each worker trains the same model under DDP with the t
 (or one of PyTorch's own ways, ``baseline``: :mod:`terngrad.train.baselines`), reads its own
 disjoint shard of the training set, and rank 0 writes into ``config.out``:
 
-* ``metrics.jsonl`` — one JSON object per evaluation: step, loss and accuracy on the test set,
+* ``metrics.jsonl`` — one JSON object per evaluation: step, loss and accuracy on the test set
+  (for a language model: on the validation windows, with ``bits_per_char``),
   train_loss (mean since the last evaluation), bytes_sent (the hook's count, this rank,
   cumulative), seconds (wall clock), train_seconds (the steps alone), wire_bytes (inside the
   testbed of :mod:`terngrad.bench.accuracy`: what the ranks' interfaces sent during the steps);
@@ -46,7 +47,7 @@ from terngrad.comm import CollectiveFailed, Options, rank_seed
 from terngrad.comm.agreement import differing_ranks
 from terngrad.comm.consistency import check_replicas
 from terngrad.quantize.levels import LevelQuantizer
-from terngrad.train import baselines, checkpoints, models, run_folder, schedule
+from terngrad.train import baselines, checkpoints, models, run_folder, schedule, text
 from terngrad.train import data as datasets
 from terngrad.train.progress import Progress
 from terngrad.util import netdev
@@ -55,8 +56,8 @@ from terngrad.util.files import atomic_write_text
 
 CHECKPOINT_FORMAT = 2
 DEFAULT_TIMEOUT = 300.0  # seconds any collective of a training run may wait
-OPTIMIZERS = ("sgd", "momentum", "adam")
-SCHEDULES = ("constant", "poly")
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
+SCHEDULES = schedule.SCHEDULES
 #: fields that may change when a run is resumed (extending it, evaluating more often, moving it)
 RESUMABLE_CHANGES = (
     "out", "steps", "eval_every", "workers_threads", "progress", "kernels", "checkpoint_every",
@@ -73,6 +74,18 @@ _RANGES = {
     "dropout": (lambda v: 0 <= v < 1, "a number from 0 up to (not including) 1, or None"),
     "warmup_epochs": (lambda v: v >= 0, "a finite number >= 0"),
 }
+
+
+def check_pairing(model: str, dataset: str) -> None:
+    """``ValueError`` unless a language model reads a text data set and an image model images."""
+    if models.is_language_model(model) == datasets.is_text(dataset):
+        return
+    if models.is_language_model(model):
+        raise ValueError(
+            f"{model} is a language model: give it a text data set ({', '.join(datasets.TEXT)}), "
+            f"not {dataset}"
+        )
+    raise ValueError(f"{dataset} is text: train a language model on it (gpt), not {model}")
 
 
 @dataclass(frozen=True)
@@ -118,6 +131,7 @@ class TrainConfig:
         models.default_input_shape(self.model)  # raises for an unknown model
         if self.dataset not in datasets.names():
             fail(f"unknown dataset {self.dataset!r}; choose one of: {', '.join(datasets.names())}")
+        check_pairing(self.model, self.dataset)
         if not isinstance(self.exchange, Options):
             fail(f"exchange must be a terngrad.ddp.Options, got {type(self.exchange).__name__}")
         if self.baseline is not None and self.baseline not in baselines.BASELINES:
@@ -218,34 +232,56 @@ _LEGACY_EXCHANGE_FIELDS = (
 # --------------------------------------------------------------------------- one worker
 
 
-def _optimizer(cfg: TrainConfig, params) -> torch.optim.Optimizer:
+def _optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
+    """SGD (plain or with momentum), Adam (L2 weight decay in the gradient), or AdamW
+    (decoupled weight decay, Loshchilov & Hutter 2019, on the weight matrices and embeddings
+    only: biases and layer-norm gains keep theirs, as GPT-2 and BERT train)."""
+    params = list(model.parameters())
     if cfg.optimizer == "adam":
         return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adamw":
+        groups = [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ]
+        return torch.optim.AdamW(groups, lr=cfg.lr)
     momentum = cfg.momentum if cfg.optimizer == "momentum" else 0.0
     return torch.optim.SGD(params, lr=cfg.lr, momentum=momentum, weight_decay=cfg.weight_decay)
 
 
 def _schedule(cfg: TrainConfig, optimizer, train_examples: int):
-    """``LambdaLR`` over :func:`terngrad.train.schedule.lr_factor`: ``constant`` or ``poly``,
-    after a linear warm-up from lr/10 where one is asked for."""
+    """``LambdaLR`` over :func:`terngrad.train.schedule.lr_factor`: ``constant``, ``poly`` or
+    ``cosine``, after a linear warm-up from lr/10 where one is asked for."""
     epoch = schedule.steps_per_epoch(train_examples, cfg.workers, cfg.worker_batch)
     warmup = schedule.warmup_length(cfg.warmup_steps, cfg.warmup_epochs, epoch)
     factor = schedule.lr_factor(cfg.lr_schedule, cfg.steps, cfg.lr_power, warmup)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def _evaluate(model: nn.Module, data: datasets.DataSet, rank: int, world: int):
-    """Test loss and accuracy over the whole test set, each rank scoring its share."""
+def load_data(cfg: TrainConfig, **options: Any) -> datasets.DataSet | text.TextSet:
+    """The run's data set, shaped for its model (an image size, or a language model's context)."""
+    shape = models.default_input_shape(cfg.model)
+    return datasets.load(
+        cfg.dataset, cfg.data_dir, synthetic_shape=shape, synthetic_classes=10,
+        context=shape[0], **options,
+    )  # fmt: skip
+
+
+def _evaluate(model: nn.Module, data: datasets.DataSet | text.TextSet, rank: int, world: int):
+    """Test loss (nats per prediction) and accuracy over the whole test set (a language model:
+    every position of the validation windows, next-character accuracy), each rank scoring its
+    share."""
     model.eval()
-    index = torch.arange(rank, len(data.test_y), world)
+    index = torch.arange(rank, data.test_size, world)
     totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, count
+    chunk_size = 64 if isinstance(data, text.TextSet) else 512
     with torch.no_grad():
-        for chunk in index.split(512):
+        for chunk in index.split(chunk_size):
             x, y = data.test_batch(chunk)
             logits = model(x)
-            totals[0] += float(nn.functional.cross_entropy(logits, y, reduction="sum"))
-            totals[1] += float((logits.argmax(1) == y).sum())
-            totals[2] += len(y)
+            totals[0] += float(models.loss(logits, y, reduction="sum"))
+            totals[1] += float((logits.argmax(-1) == y).sum())
+            totals[2] += y.numel()
     model.train()
     dist.all_reduce(totals)
     return float(totals[0] / totals[2]), float(totals[1] / totals[2])
@@ -326,13 +362,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
         raise RuntimeError(f"the run asks for {cfg.workers} workers but {world} joined")
     check_same_run(cfg)
     out = Path(cfg.out)
-    data = datasets.load(
-        cfg.dataset,
-        cfg.data_dir,
-        synthetic_shape=models.default_input_shape(cfg.model),
-        synthetic_classes=10,
-        seed=cfg.exchange.seed,
-    )
+    data = load_data(cfg, seed=cfg.exchange.seed)
     torch.manual_seed(
         cfg.exchange.seed
     )  # identical initial replicas (DDP also broadcasts rank 0's)
@@ -342,10 +372,10 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
         state = terngrad.ddp.register(ddp, options=cfg.exchange)
     else:  # PyTorch's own averaging: no hook state, nothing skipped, no bytes counted by us
         ddp, state = baselines.wrap(model, cfg.baseline, cfg.exchange.seed), None
-    optimizer = _optimizer(cfg, model.parameters())
-    lr_schedule = _schedule(cfg, optimizer, len(data.train_y))
+    optimizer = _optimizer(cfg, model)
+    lr_schedule = _schedule(cfg, optimizer, data.train_size)
     sampler = datasets.ShardSampler(
-        len(data.train_y), rank, world, cfg.worker_batch, cfg.exchange.seed
+        data.train_size, rank, world, cfg.worker_batch, cfg.exchange.seed
     )
 
     start, elapsed = 0, 0.0
@@ -381,7 +411,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
             torch.Generator().manual_seed(rank_seed(cfg.exchange.seed + step, rank)),
         )
         optimizer.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(ddp(x), y)
+        loss = models.loss(ddp(x), y)
         try:
             loss.backward()
         except RuntimeError as exc:  # DDP wraps the hook's error in its own text
@@ -420,13 +450,13 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
                 "train_seconds": clock.train_seconds,
                 "wire_bytes": clock.mean_wire_bytes(),
             }
+            if isinstance(data, text.TextSet):
+                record["bits_per_char"] = text.bits_per_character(test_loss)
             losses = []
             if rank == 0:  # first the record, then the checkpoint: a crash between the two
                 with metrics_path.open("a") as f:  # leaves a record that resuming drops again
                     f.write(json.dumps(record) + "\n")
-                progress.note(
-                    f"step {done}: test accuracy {100 * accuracy:.2f}%, test loss {test_loss:.4f}"
-                )
+                progress.note(f"step {done}: {_scores(record)}")
         if (done % every == 0 or done == cfg.steps) and not skipped_in_a_row:
             seconds = time.perf_counter() - began  # (no checkpoints while steps are skipped)
             _save_checkpoint(cfg, out, model, optimizer, lr_schedule, state, done, seconds, clock)
@@ -439,6 +469,16 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
     if rank != 0:
         return None
     return _finish(cfg, out, state, accuracy, time.perf_counter() - began, clock, wire)
+
+
+def _scores(record: dict[str, Any]) -> str:
+    """An evaluation in words: bits per character for a language model, else test accuracy."""
+    if "bits_per_char" in record:
+        return (
+            f"validation loss {record['loss']:.4f} ({record['bits_per_char']:.3f} bits/char), "
+            f"next-char accuracy {100 * record['accuracy']:.2f}%"
+        )
+    return f"test accuracy {100 * record['accuracy']:.2f}%, test loss {record['loss']:.4f}"
 
 
 class _StepClock:
@@ -539,6 +579,9 @@ def _finish(cfg, out: Path, state, accuracy: float, seconds: float, clock, wire)
         "method": cfg.method,
         "accuracy": accuracy,
         "best_accuracy": max((m["accuracy"] for m in metrics), default=accuracy),
+        # the last evaluation's test loss (nats per prediction) and the lowest one
+        "loss": metrics[-1]["loss"] if metrics else None,
+        "best_loss": min((m["loss"] for m in metrics), default=None),
         "steps": cfg.steps,
         # what terngrad's hook handed to the collectives (None for PyTorch's baselines)
         "bytes_sent_per_rank": stats.bytes_sent if stats else None,
@@ -552,6 +595,9 @@ def _finish(cfg, out: Path, state, accuracy: float, seconds: float, clock, wire)
         "train_seconds": clock.train_seconds,
         "config": cfg.to_dict(),
     }
+    if metrics and "bits_per_char" in metrics[-1]:
+        summary["bits_per_char"] = metrics[-1]["bits_per_char"]
+        summary["best_bits_per_char"] = min(m["bits_per_char"] for m in metrics)
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     from terngrad.train.report import write_curves  # matplotlib: rank 0 only, at the end
 
@@ -723,11 +769,8 @@ def check_launch(
 
 def check_data(cfg: TrainConfig) -> None:
     """The data set is there, and each worker's shard holds at least one batch."""
-    data = datasets.load(
-        cfg.dataset, cfg.data_dir, synthetic_shape=models.default_input_shape(cfg.model),
-        synthetic_classes=10, synthetic_size=1,
-    )  # fmt: skip
-    size = datasets.SYNTHETIC_SIZE if cfg.dataset == "synthetic" else len(data.train_y)
+    data = load_data(cfg, synthetic_size=1)
+    size = datasets.SYNTHETIC_SIZE if cfg.dataset == "synthetic" else data.train_size
     shard = size // cfg.workers
     if cfg.worker_batch > shard:
         raise ValueError(

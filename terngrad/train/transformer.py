@@ -1,0 +1,228 @@
+"""TernGrad on a transformer with AdamW: ``terngrad reproduce transformer``.
+
+TernGrad was shown on CNNs; users of GRACE report that it diverged on BERT with one shared scale
+(sands-lab/grace#14). This comparison trains the character-level GPT of
+:mod:`terngrad.train.models` on Python's documentation (:mod:`terngrad.train.text`) with AdamW,
+a linear warm-up from lr/10 over a tenth of the steps and cosine decay to lr/10, ``workers``
+real processes, and these ways of averaging the gradients (:func:`method_table`):
+
+* ``fp32``, ``fp16``: PyTorch's DDP all-reduce and its fp16 compression hook, the references;
+* ``terngrad``: the hook's defaults — one scale per tensor, clipping at 2.5 sigma, the last layer
+  (the output head) and tensors under 1,024 elements (biases, layer norms) in fp32;
+* ``terngrad-b512``, ``terngrad-b2048``: one scale per bucket of 512 / 2,048 elements;
+* ``terngrad-ef``: worker-side error feedback;
+* ``terngrad-fp``: full-precision averaging for the first ``full_precision_steps`` steps (by
+  default a fifth of the run, at least 1), then TernGrad — 1-bit Adam's warm-up (Tang et al. 2021);
+* ``qsgd``, ``orq``: QSGD and ORQ with 5 levels in buckets of 512 (their defaults).
+
+Every TernGrad-family run uses the sharded exchange (the hook's default). The result table gives
+per run the final and best validation loss (nats per character) and bits per character, the
+gap to fp32 in percent, and the bytes one rank sent per step (the hook's count; for PyTorch's
+hooks the ring all-reduce's ``2 (N-1)/N`` times the gradient's bytes), with the goal this
+experiment sets — within 2% of fp32's validation loss while sending at least 10x fewer bytes —
+checked per run. Outputs in ``out``: one trainer folder per run (``<method>-s<seed>``; a
+finished run is read back), ``results.json``, ``results.md`` and ``curves.png`` (validation bits
+per character against step).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from terngrad.comm import Options
+from terngrad.train import models
+from terngrad.train.experiments import train_each
+from terngrad.train.trainer import DEFAULT_TIMEOUT, TrainConfig
+from terngrad.util.files import atomic_write_text
+
+#: the goal: validation loss within this fraction of fp32's ...
+LOSS_GAP = 0.02
+#: ... while sending at least this many times fewer bytes per step
+BYTES_FACTOR = 10.0
+METHODS = ("fp32", "fp16", "terngrad", "terngrad-b512", "terngrad-b2048", "terngrad-ef",
+           "terngrad-fp", "qsgd", "orq")  # fmt: skip
+
+
+def method_table(full_precision_steps: int) -> dict[str, tuple[str | None, dict[str, Any]]]:
+    """Every method: name -> (PyTorch baseline or ``None``, the exchange's options)."""
+    return {
+        "fp32": ("fp32", {}),
+        "fp16": ("fp16", {}),
+        "terngrad": (None, {}),
+        "terngrad-b512": (None, {"quantizer_options": {"bucket_size": 512}}),
+        "terngrad-b2048": (None, {"quantizer_options": {"bucket_size": 2048}}),
+        "terngrad-ef": (None, {"error_feedback": True}),
+        "terngrad-fp": (None, {"full_precision_steps": full_precision_steps}),
+        "qsgd": (None, {"quantizer": "qsgd"}),
+        "orq": (None, {"quantizer": "orq"}),
+    }
+
+
+@dataclass(frozen=True)
+class Run:
+    method: str
+    seed: int
+    config: TrainConfig
+
+    @property
+    def label(self) -> str:
+        return f"{self.method} seed {self.seed}"
+
+
+def protocol(
+    out: str, data_dir: str | None = None, workers: int = 4, steps: int = 1000,
+    eval_every: int | None = None, batch_size: int = 16, lr: float = 1e-3,
+) -> TrainConfig:  # fmt: skip
+    """The training settings every method shares: the GPT on pydoc, AdamW (lr 1e-3, weight
+    decay 0.1 on matrices and embeddings), warm-up over a tenth of the steps, cosine decay,
+    ``batch_size`` windows of 128 characters per worker."""
+    return TrainConfig(
+        out=out, model="gpt", dataset="pydoc", data_dir=data_dir, workers=workers,
+        optimizer="adamw", lr=lr, weight_decay=0.1, lr_schedule="cosine",
+        warmup_steps=max(1, steps // 10), batch_size=batch_size, steps=steps,
+        eval_every=eval_every or max(1, steps // 10), keep_checkpoints=1, progress=False,
+    )  # fmt: skip
+
+
+def plan(
+    base: TrainConfig,
+    methods: Sequence[str] = METHODS,
+    seeds: int = 1,
+    full_precision_steps: int | None = None,
+) -> list[Run]:
+    """The runs: every method with ``seeds`` seeds (a seed fixes the initial weights and the
+    data order of every method alike). ``ValueError`` for an unknown or repeated method."""
+    for name in methods:
+        if name not in METHODS:
+            raise ValueError(f"unknown method {name!r}; choose from: {', '.join(METHODS)}")
+    if len(set(methods)) != len(methods):
+        raise ValueError("each method may be named once")
+    if seeds < 1:
+        raise ValueError(f"seeds must be at least 1, got {seeds}")
+    k = max(1, base.steps // 5) if full_precision_steps is None else full_precision_steps
+    if not 0 < k < base.steps:
+        raise ValueError(
+            f"full-precision steps must lie between 1 and the run's {base.steps - 1}, got {k}"
+        )
+    table = method_table(k)
+    runs = []
+    for name in methods:
+        baseline, options = table[name]
+        for seed in range(seeds):
+            exchange = Options(**{"timeout": DEFAULT_TIMEOUT, **options, "seed": seed})
+            cfg = replace(base, out=str(Path(base.out) / f"{name}-s{seed}"), baseline=baseline,
+                          exchange=exchange)  # fmt: skip
+            runs.append(Run(name, seed, cfg))
+    return runs
+
+
+def run_all(runs: list[Run], out: Path, echo=print) -> dict[str, Any]:
+    """Train every run (a finished one is read back), then write the results; returns them."""
+    summaries = train_each(
+        [(r.label, r.config) for r in runs],
+        lambda s: (
+            f"validation {s['bits_per_char']:.3f} bits/char (best {s['best_bits_per_char']:.3f})"
+        ),
+        echo,
+    )
+    return write_results(runs, summaries, out)
+
+
+def gradient_bytes(cfg: TrainConfig) -> int:
+    """Bytes of one fp32 gradient of the run's model (its vocabulary read from the data)."""
+    from terngrad.train.trainer import load_data
+
+    vocabulary = load_data(cfg).num_classes
+    net = models.build(cfg.model, models.default_input_shape(cfg.model), vocabulary)
+    return 4 * sum(p.numel() for p in net.parameters())
+
+
+def _record(r: Run, summary: dict[str, Any], fp32_gradient: int) -> dict[str, Any]:
+    cfg = r.config
+    metrics = [json.loads(line) for line in (Path(cfg.out) / "metrics.jsonl").open()]
+    sent = summary.get("bytes_sent_per_step")
+    if sent is None:  # PyTorch's ring all-reduce: 2 (N-1)/N times the gradient (fp16: half)
+        per_value = 0.5 if cfg.baseline == "fp16" else 1.0
+        sent = 2 * (cfg.workers - 1) * per_value * fp32_gradient / cfg.workers
+    return {
+        "method": r.method, "seed": r.seed, "loss": summary["loss"],
+        "best_loss": summary["best_loss"], "bits_per_char": summary["bits_per_char"],
+        "best_bits_per_char": summary["best_bits_per_char"], "bytes_per_step": sent,
+        "seconds": summary.get("seconds"), "folder": cfg.out,
+        "curve": [(m["step"], m["bits_per_char"]) for m in metrics],
+    }  # fmt: skip
+
+
+def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -> dict[str, Any]:
+    """``results.json``, ``results.md`` and ``curves.png`` in ``out``."""
+    from terngrad.train.report import markdown_table, write_step_plot
+
+    base = runs[0].config
+    records = [_record(r, s, gradient_bytes(base)) for r, s in zip(runs, summaries, strict=True)]
+    by_method: dict[str, list[dict[str, Any]]] = {}
+    for rec in records:
+        by_method.setdefault(rec["method"], []).append(rec)
+    reference = by_method.get("fp32")
+    fp32_loss = statistics.fmean(r["loss"] for r in reference) if reference else None
+    fp32_bytes = reference[0]["bytes_per_step"] if reference else None
+    rows = []
+    for method, recs in by_method.items():
+        loss = statistics.fmean(r["loss"] for r in recs)
+        sent = statistics.fmean(r["bytes_per_step"] for r in recs)
+        gap = 100 * (loss / fp32_loss - 1) if fp32_loss else None
+        fewer = fp32_bytes / sent if fp32_bytes else None
+        goal = (gap is not None and fewer is not None and gap <= 100 * LOSS_GAP
+                and fewer >= BYTES_FACTOR)  # fmt: skip
+        rows.append([
+            method, str(len(recs)), _spread([r["loss"] for r in recs], 4),
+            _spread([r["best_loss"] for r in recs], 4),
+            _spread([r["bits_per_char"] for r in recs], 3),
+            "—" if gap is None else f"{gap:+.2f}%", f"{sent:,.0f}",
+            "—" if fewer is None else f"{fewer:.1f}x", "yes" if goal else "no",
+        ])  # fmt: skip
+    table = markdown_table(
+        ["method", "seeds", "final val loss", "best", "bits/char", "vs fp32", "bytes / step / rank",
+         "fewer bytes", f"within {100 * LOSS_GAP:.0f}%, ≥{BYTES_FACTOR:.0f}x"],
+        rows,
+    )  # fmt: skip
+    k = max((r.config.exchange.full_precision_steps for r in runs), default=0)
+    text = (
+        f"# TernGrad on a transformer: {base.model} on {base.dataset}, {base.workers} workers, "
+        f"{base.steps} steps\n\n{table}\n"
+        f"Settings: AdamW, lr {base.lr} (warm-up from lr/10 over {base.warmup_steps} steps, "
+        f"cosine to lr/10), weight decay {base.weight_decay} on matrices and embeddings, "
+        f"{base.worker_batch} windows of {models.default_input_shape(base.model)[0]} characters "
+        f"per worker; terngrad-fp averages in full precision for its first {k} steps. Loss is "
+        "nats per character on the held-out files' validation windows (bits/char = loss / "
+        "ln 2); ± is the sample standard deviation over seeds. Bytes: the hook's count per "
+        "rank; for PyTorch's fp32/fp16 hooks the ring all-reduce's 2 (N-1)/N times the "
+        "gradient's bytes.\n"
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "results.md", text)
+    result = {"settings": base.to_dict(), "runs": records}
+    atomic_write_text(out / "results.json", json.dumps(result, indent=2) + "\n")
+    lines = {
+        method: [
+            (step, statistics.fmean(r["curve"][i][1] for r in recs if i < len(r["curve"])))
+            for i, (step, _) in enumerate(recs[0]["curve"])
+        ]
+        for method, recs in by_method.items()
+    }
+    write_step_plot(
+        lines, out / "curves.png", f"{base.model} on {base.dataset}: validation bits per "
+        "character (mean over seeds)", ylabel="validation bits per character", percent=False,
+    )  # fmt: skip
+    return result
+
+
+def _spread(values: list[float], digits: int) -> str:
+    mean = statistics.fmean(values)
+    if len(values) == 1:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {statistics.stdev(values):.{digits}f}"
