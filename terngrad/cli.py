@@ -198,12 +198,12 @@ def study(args: argparse.Namespace) -> int:
     from terngrad.bench import study as st
     from terngrad.bench.study_report import findings, write_report
     from terngrad.train import data, models
-    from terngrad.train.trainer import check_pairing
+    from terngrad.train.trainer import TrainConfig, check_pairing, make_optimizer
 
     st.check_methods(args.methods)  # fail before loading anything
     model_name = args.model or "lenet"
     dataset = args.dataset or default_dataset(model_name)
-    data_dir, state = args.data_dir, None
+    data_dir, state, ckpt = args.data_dir, None, None
     if args.from_checkpoint:
         ckpt = _read_checkpoint(args.from_checkpoint)
         saved = ckpt["config"]
@@ -230,6 +230,16 @@ def study(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"{args.from_checkpoint} does not fit {model_name} on {dataset}: {first}"
             ) from None
+    if ckpt is None:
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr or 0.01, momentum=0.9)
+    else:  # the run's own optimizer goes on: AdamW's moments and the scheduled learning rate
+        cfg = TrainConfig.from_dict(ckpt["config"])
+        optimizer = make_optimizer(cfg, model)
+        if "optimizer" in ckpt:
+            optimizer.load_state_dict(ckpt["optimizer"])
+        if args.lr is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = args.lr
     sampler = data.ShardSampler(ds.train_size, 0, 1, args.batch_size, args.seed)
     gen = torch.Generator().manual_seed(args.seed)
     batches = (ds.train_batch(sampler.batch(s), gen) for s in range(args.steps + 1))
@@ -237,8 +247,8 @@ def study(args: argparse.Namespace) -> int:
     result = st.study(
         model, models.loss, batches, steps=args.steps,
         capture_at=args.capture_at, methods=args.methods, draws=args.draws,
-        optimizer=torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9),
-        title=title, seed=args.seed, progress=lambda m: print(m, file=sys.stderr, flush=True),
+        optimizer=optimizer, title=title, seed=args.seed,
+        progress=lambda m: print(m, file=sys.stderr, flush=True),
     )  # fmt: skip
     report = write_report(result, Path(args.out), "terngrad " + shlex.join(args.argv))
     for line in findings(result):
@@ -274,8 +284,15 @@ def exchange_options(args: argparse.Namespace):
     for name in ("clip", "bucket_size", "levels", "packing"):
         if getattr(args, name) is not None:
             q_options[name] = getattr(args, name)
-    named = {f.name: getattr(args, f.name) for f in fields(Options) if hasattr(args, f.name)}
-    return Options(**{**named, "quantizer_options": q_options})  # one name, flag to field
+    # a flag left out is None (a switch: False): the preset's value, or the default, stands
+    given = {}
+    for f in fields(Options):
+        value = getattr(args, f.name, None)
+        if f.name != "quantizer_options" and value is not None and value is not False:
+            given[f.name] = value
+    if args.preset is not None:
+        return Options.preset(args.preset, **given, quantizer_options=q_options)
+    return Options(**{**given, "quantizer_options": q_options})  # one name, flag to field
 
 
 def _config(args: argparse.Namespace):
@@ -500,21 +517,27 @@ def add_exchange_arguments(p: argparse.ArgumentParser) -> None:
     """The "exchange" option group: every field of :class:`~terngrad.comm.Options`, each under
     its own name (``--quantize-last`` is ``quantize_last``); :func:`exchange_options` reads it."""
     from terngrad.comm import AGGREGATES, MIN_NUMEL, POLICIES, TOPOLOGIES
+    from terngrad.comm.options import PRESETS
     from terngrad.kernels import KERNELS
     from terngrad.train.trainer import DEFAULT_TIMEOUT
 
     g = p.add_argument_group("exchange")
-    g.add_argument("--quantizer", default="terngrad", help=f"one of {', '.join(quantize.names())}")
-    g.add_argument("--topology", default="sharded", help=f"one of {', '.join(TOPOLOGIES)}")
     g.add_argument(
-        "--kernels", default="auto",
+        "--preset", choices=tuple(PRESETS),
+        help="start from a documented setting (transformer: see docs/distributed.md); the "
+        "flags below are put over it",
+    )  # fmt: skip
+    g.add_argument("--quantizer", help=f"one of {', '.join(quantize.names())} (terngrad)")
+    g.add_argument("--topology", help=f"one of {', '.join(TOPOLOGIES)} (sharded)")
+    g.add_argument(
+        "--kernels",
         help=f"encode/decode kernels, one of {', '.join(KERNELS)} (fused numba/triton, the "
-        "torch reference, or auto)",
+        "torch reference, or auto; default auto)",
     )  # fmt: skip
     g.add_argument(
-        "--policy", default="quantize",
-        help=f"one of {', '.join(POLICIES)}; auto: quantize only the DDP buckets where it is "
-        "predicted to be faster",
+        "--policy",
+        help=f"one of {', '.join(POLICIES)} (quantize); auto: quantize only the DDP buckets "
+        "where it is predicted to be faster",
     )  # fmt: skip
     g.add_argument("--clip", type=_positive_float, help="clip at CLIP sigma (TernGrad: 2.5)")
     g.add_argument("--no-clip", action="store_true", help="no clipping")
@@ -527,17 +550,17 @@ def add_exchange_arguments(p: argparse.ArgumentParser) -> None:
         help="quantize the last layer too (default: full precision)",
     )  # fmt: skip
     g.add_argument(
-        "--min-numel", type=_non_negative_int, default=MIN_NUMEL,
+        "--min-numel", type=_non_negative_int,
         help=f"tensors with fewer elements stay full precision ({MIN_NUMEL})",
     )  # fmt: skip
     g.add_argument(
-        "--full-precision-steps", type=_non_negative_int, default=0, metavar="K",
+        "--full-precision-steps", type=_non_negative_int, metavar="K",
         help="average in full precision for the first K steps, then quantize (0)",
     )  # fmt: skip
     g.add_argument(
-        "--aggregate", default="requantize",
-        help=f"how aggregates off the shared grid travel: {', '.join(AGGREGATES)} (coherent: "
-        "levels agreed by all ranks, the ORQ paper's Algorithm 2 option a)",
+        "--aggregate",
+        help=f"how aggregates off the shared grid travel: {', '.join(AGGREGATES)} (requantize; "
+        "coherent: levels agreed by all ranks, the ORQ paper's Algorithm 2 option a)",
     )  # fmt: skip
     g.add_argument("--seed", type=int, default=0, help="seed of every random draw (0)")
     g.add_argument(
@@ -698,7 +721,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--full-precision-steps", type=_positive_int, metavar="K",
-        help="terngrad-fp's full-precision steps before TernGrad (a fifth of --steps)",
+        help="the full-precision steps of terngrad-fp and terngrad-b512-fp before TernGrad (a "
+        "fifth of --steps)",
     )  # fmt: skip
     p.set_defaults(func=reproduce)
 
@@ -829,7 +853,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="random draws per stochastic quantizer (16)",
     )
     p.add_argument("--batch-size", type=_positive_int, default=64)
-    p.add_argument("--lr", type=_positive_float, default=0.01, help="SGD, momentum 0.9 (0.01)")
+    p.add_argument(
+        "--lr", type=_positive_float,
+        help="learning rate of SGD with momentum 0.9 (0.01); with --from-checkpoint the run's "
+        "own optimizer goes on from its saved state and learning rate, unless --lr is given",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="runs/study", help="folder of the report (runs/study)")
     p.set_defaults(func=study)

@@ -70,3 +70,21 @@ def test_bench_codec_table_and_json(tmp_path, capsys):
     owner = next(r for r in rows if r["op"].startswith("owner") and r["numel"] == 4001)
     assert owner["input_numel"] == 1001  # the first of 4 shards of 4001 elements
     assert all(r["seconds"] > 0 for r in rows)
+
+
+def test_exchange_flags_go_over_a_preset():
+    """``--preset`` starts from the preset; a flag given (even a default value) wins, a flag left
+    out leaves the preset's value."""
+    from terngrad.cli import build_parser, exchange_options
+    from terngrad.comm import Options
+
+    def options(*flags):
+        return exchange_options(build_parser().parse_args(["train", "--out", "x", *flags]))
+
+    assert options() == Options(timeout=options().timeout)  # no flags: the defaults
+    preset = options("--preset", "transformer")
+    assert preset == Options.preset("transformer", timeout=preset.timeout)
+    over = options("--preset", "transformer", "--min-numel", "0", "--bucket-size", "64",
+                   "--error-feedback")  # fmt: skip
+    assert over == Options.preset("transformer", min_numel=0, bucket_size=64,
+                                  error_feedback=True, timeout=preset.timeout)  # fmt: skip

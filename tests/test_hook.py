@@ -109,6 +109,26 @@ def test_options_split_fields_from_quantizer_options():
         assert Options.of(exclude_last=False).quantize_last
 
 
+def test_presets_are_options_with_settings_over_them():
+    from terngrad.comm.options import PRESETS
+
+    preset = PRESETS["transformer"]
+    opts = Options.preset("transformer")
+    assert Options(**{**Options().to_dict(), **preset}) == opts  # exactly the preset's fields
+    # settings go over it: fields by name, other keywords into the quantizer's options
+    over = Options.preset("transformer", seed=3, clip=2.0, bucket_size=2048)
+    assert (over.seed, over.quantizer_options["clip"], over.quantizer_options["bucket_size"]) == (
+        3, 2.0, 2048)  # fmt: skip
+    assert over.diff(opts, ignore=("seed", "quantizer_options")) == []
+    # the hook's flat keywords (register, State, Lightning, accelerate) take preset= too
+    assert Options.of(preset="transformer") == opts
+    assert Options.of("terngrad", "ps", preset="transformer") == opts.replace(topology="ps")
+    with pytest.raises(ValueError, match="unknown preset 'bert'; choose one of: transformer"):
+        Options.preset("bert")
+    with pytest.raises(ValueError, match="give the quantizer by name"):
+        Options.of(get("qsgd"), preset="transformer")
+
+
 def test_options_say_how_they_differ():
     a = Options()
     b = Options.of("terngrad", "ps", clip=2.0, error_feedback=True)

@@ -13,7 +13,7 @@ import torch
 from terngrad.cli import main
 from terngrad.comm import Options
 from terngrad.train import data, models, schedule, text
-from terngrad.train.trainer import DEFAULT_TIMEOUT, TrainConfig, _optimizer
+from terngrad.train.trainer import DEFAULT_TIMEOUT, TrainConfig, make_optimizer
 
 CONTEXT = 16
 
@@ -165,7 +165,7 @@ def test_cosine_decays_to_a_tenth_after_the_warm_up():
 def test_adamw_decays_matrices_and_embeddings_only():
     net = models.build("gpt", (CONTEXT,), 30)
     cfg = TrainConfig(out="x", model="gpt", dataset="pydoc", optimizer="adamw", weight_decay=0.1)
-    opt = _optimizer(cfg, net)
+    opt = make_optimizer(cfg, net)
     assert isinstance(opt, torch.optim.AdamW)
     decayed, kept = opt.param_groups
     assert decayed["weight_decay"] == 0.1 and kept["weight_decay"] == 0.0
@@ -237,7 +237,7 @@ def test_the_transformer_plan_runs_every_method_on_one_protocol():
     )
     assert (base.warmup_steps, base.eval_every, base.weight_decay) == (10, 10, 0.1)
     runs = tf.plan(base, seeds=2)
-    assert [r.method for r in runs[::2]] == list(tf.METHODS) and len(runs) == 18
+    assert [r.method for r in runs[::2]] == list(tf.METHODS) and len(runs) == 20
     by = {(r.method, r.seed): r.config for r in runs}
     assert by["fp32", 0].baseline == "fp32" and by["fp16", 1].baseline == "fp16"
     assert by["terngrad", 0].exchange == Options(timeout=DEFAULT_TIMEOUT)  # the hook's defaults
@@ -246,6 +246,8 @@ def test_the_transformer_plan_runs_every_method_on_one_protocol():
     assert by["terngrad-b2048", 0].exchange.make_quantizer().bucket_size == 2048
     assert by["terngrad-ef", 0].exchange.error_feedback
     assert by["terngrad-fp", 0].exchange.full_precision_steps == 20  # a fifth of the steps
+    both = by["terngrad-b512-fp", 0].exchange
+    assert both == by["terngrad-b512", 0].exchange.replace(full_precision_steps=20)
     assert by["qsgd", 0].exchange.quantizer == "qsgd" and by["orq", 0].exchange.quantizer == "orq"
     assert by["orq", 0].out.endswith("orq-s0") and by["orq", 1].out.endswith("orq-s1")
     assert tf.plan(base, ["terngrad-fp"], full_precision_steps=7)[0].config.exchange == (
@@ -297,6 +299,7 @@ def test_a_two_method_reproduction_writes_the_table_and_reads_back(tmp_path, cap
     table = (out / "results.md").read_text()
     assert "| fp32 |" in table and "| terngrad-fp |" in table and "within 2%, ≥10x" in table
     assert (out / "curves.png").stat().st_size > 10_000
+    assert (out / "tradeoff.png").stat().st_size > 10_000
     from terngrad.train import experiments
 
     monkeypatch.setattr(experiments, "launch", lambda cfg: pytest.fail("retrained"))

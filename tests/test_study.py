@@ -113,6 +113,31 @@ def test_study_captures_the_steps_and_measures_everything(small_study):
         )
 
 
+def test_tensor_kinds_group_the_blocks_of_a_transformer_only():
+    block = {"ln.weight": (8,), "attn.weight": (24, 8), "mlp.0.weight": (32, 8)}
+    shapes = {"token.weight": (10, 8), **{f"blocks.{i}.{k}": s for i in range(3)
+                                          for k, s in block.items()}}  # fmt: skip
+    kinds = st.tensor_kinds(shapes)
+    assert list(kinds) == ["token.weight", "blocks.*.ln.weight", "blocks.*.attn.weight",
+                           "blocks.*.mlp.0.weight"]  # fmt: skip
+    assert kinds["blocks.*.mlp.0.weight"] == [f"blocks.{i}.mlp.0.weight" for i in range(3)]
+    # an nn.Sequential's layers differ in shape: each stays its own kind
+    layers = {"0.weight": (64, 20), "0.bias": (64,), "2.weight": (4, 64), "2.bias": (4,)}
+    assert list(st.tensor_kinds(layers)) == list(layers)
+    # one block holding another tensor breaks the likeness: no grouping
+    shapes["blocks.1.extra"] = (3,)
+    assert "blocks.*.ln.weight" not in st.tensor_kinds(shapes)
+
+
+def test_kinds_add_up_to_the_model(small_study):
+    s, step = small_study, 8
+    norms = {k: s.sq_norm(step, names) for k, names in s.kinds.items()}
+    assert sum(norms.values()) == pytest.approx(s.sq_norm(step))
+    errors = sum(s.total(step, "terngrad", n).normalized_variance * norms[k]
+                 for k, n in s.kinds.items())  # fmt: skip
+    assert errors == pytest.approx(s.total(step, "terngrad").normalized_variance * s.sq_norm(step))
+
+
 def test_study_refuses_bad_input():
     with pytest.raises(ValueError, match="unknown study methods"):
         st.study(_mlp(), nn.functional.cross_entropy, _mlp_batches(3), steps=2, methods=["topk"])
@@ -128,7 +153,7 @@ def test_report_has_all_its_parts(small_study, tmp_path):
     html_path = write_report(small_study, tmp_path, "terngrad study --model mlp")
     html = html_path.read_text()
     assert html.count("data:image/png;base64,") == 3  # self-contained: figures embedded
-    parts = ("Findings", "Summary at the last step", "Per tensor",
+    parts = ("Findings", "Summary at the last step", "Per kind of tensor", "Per tensor",
              "Gradient histograms and clipping", "Over training", "terngrad study")  # fmt: skip
     for part in parts:
         assert part in html
@@ -141,6 +166,9 @@ def test_report_has_all_its_parts(small_study, tmp_path):
     facts = findings(small_study)
     assert any("With 3 levels ORQ" in f for f in facts)
     assert any("Clipping at 2.5σ" in f for f in facts)
+    ranking = next(f for f in facts if f.startswith("Quantized with terngrad on its own"))
+    assert "0.weight" in ranking and "largest share" in ranking
+    assert numbers["kinds"] == {n: [n] for n in small_study.layers}
     assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temporaries
 
 
@@ -182,3 +210,37 @@ def test_study_command_and_checkpoint(tmp_path, capsys):
     assert not (tmp_path / "c").exists()  # nothing written for bad input
     saved = json.loads((tmp_path / "b" / "study.json").read_text())
     assert math.isfinite(saved["steps"][0]["loss"])
+
+
+def test_study_from_checkpoint_goes_on_with_the_runs_optimizer(tmp_path, monkeypatch):
+    """An AdamW run's checkpoint: the study trains on with AdamW, its moments and its
+    scheduled learning rate (not SGD at 0.01); --lr replaces only the rate."""
+    from terngrad.train import checkpoints, data, models
+    from terngrad.train.trainer import CHECKPOINT_FORMAT, TrainConfig, make_optimizer
+
+    ds = data.load("synthetic", None, synthetic_shape=models.default_input_shape("mlp"),
+                   synthetic_classes=10, seed=0)  # fmt: skip
+    model = models.build("mlp", ds.input_shape, ds.num_classes)
+    cfg = TrainConfig(out=str(tmp_path / "run"), model="mlp", dataset="synthetic",
+                      optimizer="adamw", lr=1e-3, weight_decay=0.1)  # fmt: skip
+    optimizer = make_optimizer(cfg, model)
+    x, y = ds.train_batch(torch.arange(8), torch.Generator().manual_seed(0))
+    models.loss(model(x), y).backward()
+    optimizer.step()
+    for group in optimizer.param_groups:
+        group["lr"] = 3e-4  # where a schedule had taken it
+    ckpt = {"format": CHECKPOINT_FORMAT, "config": cfg.to_dict(), "model": model.state_dict(),
+            "optimizer": optimizer.state_dict()}  # fmt: skip
+    checkpoints.save(tmp_path / "checkpoint.pt", ckpt)
+    seen = []
+    real = st.study
+    monkeypatch.setattr(st, "study", lambda *a, **k: seen.append(k["optimizer"]) or real(*a, **k))
+    args = ["study", "--from-checkpoint", str(tmp_path / "checkpoint.pt"), "--steps", "1",
+            "--draws", "2", "--methods", "terngrad"]  # fmt: skip
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    assert main([*args, "--lr", "0.05", "--out", str(tmp_path / "b")]) == 0
+    for opt, lr in zip(seen, (3e-4, 0.05), strict=True):
+        assert isinstance(opt, torch.optim.AdamW)
+        assert [g["lr"] for g in opt.param_groups] == [lr, lr]
+        assert [g["weight_decay"] for g in opt.param_groups] == [0.1, 0.0]
+        assert all(int(s["step"]) >= 2 for s in opt.state.values())  # its moments went on

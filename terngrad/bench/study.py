@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -178,8 +178,54 @@ class Study:
     def layers(self) -> list[str]:
         return list(self.captures[0].grads)
 
-    def total(self, step: int, method: str) -> Total:
-        return combine([self.measures[(step, method, name)] for name in self.layers])
+    @property
+    def kinds(self) -> dict[str, list[str]]:
+        """The parameter tensors grouped by kind (:func:`tensor_kinds`), in the model's order."""
+        return tensor_kinds({n: tuple(g.shape) for n, g in self.captures[0].grads.items()})
+
+    def total(self, step: int, method: str, names: Sequence[str] | None = None) -> Total:
+        """``method``'s total at ``step`` over the tensors ``names`` (default: all)."""
+        chosen = self.layers if names is None else names
+        return combine([self.measures[(step, method, name)] for name in chosen])
+
+    def sq_norm(self, step: int, names: Sequence[str] | None = None) -> float:
+        """``Σ ‖g‖²`` at ``step`` over the tensors ``names`` (default: all)."""
+        grads = self.captures[[c.step for c in self.captures].index(step)].grads
+        return sum(float(grads[n].double().square().sum()) for n in (names or self.layers))
+
+
+def tensor_kinds(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, list[str]]:
+    """Parameter tensors by kind: the same tensor of every repeated block together.
+
+    Where the modules ``P.0``, ``P.1``, ... of a name's first index all hold the same tensors
+    with the same shapes (the blocks of a transformer), a tensor's kind is its name with that
+    index written ``*`` (``blocks.2.attn.qkv.weight`` -> ``blocks.*.attn.qkv.weight``);
+    otherwise (the differing layers of an ``nn.Sequential``) each tensor is its own kind."""
+
+    def split(name: str) -> tuple[str, str, str] | None:
+        parts = name.split(".")
+        i = next((i for i, part in enumerate(parts) if part.isdigit()), None)
+        if i is None:
+            return None
+        return ".".join(parts[:i]), parts[i], ".".join(parts[i + 1 :])
+
+    contents: dict[str, dict[str, set]] = {}  # prefix -> index -> {(rest, shape)}
+    for name, shape in shapes.items():
+        if (where := split(name)) is not None:
+            prefix, index, rest = where
+            contents.setdefault(prefix, {}).setdefault(index, set()).add((rest, tuple(shape)))
+    repeated = {
+        prefix for prefix, modules in contents.items()
+        if len(modules) > 1 and all(m == next(iter(modules.values())) for m in modules.values())
+    }  # fmt: skip
+    kinds: dict[str, list[str]] = {}
+    for name in shapes:
+        where = split(name)
+        kind = name
+        if where is not None and where[0] in repeated:
+            kind = ".".join(p for p in (where[0], "*", where[2]) if p)
+        kinds.setdefault(kind, []).append(name)
+    return kinds
 
 
 def check_methods(methods: Iterable[str]) -> dict[str, tuple[str, dict]]:

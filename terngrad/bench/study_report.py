@@ -69,7 +69,7 @@ def _figures(study: Study) -> dict[str, bytes]:
         ax.axis("off")
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"{study.title}: gradients at step {last.step} (log counts)", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / (3.3 * rows)))  # room for the title
     out["histograms"] = _png(fig, plt)
 
     # --- variance against bits per element: the Pareto front
@@ -152,6 +152,57 @@ def _layer_rows(study: Study, step: int) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def _reference(study: Study) -> str:
+    """The method the per-kind ranking follows: TernGrad when studied, else the first."""
+    return "terngrad" if "terngrad" in study.methods else next(iter(study.methods))
+
+
+def _kind_rows(study: Study, step: int) -> tuple[list[str], list[list[str]]]:
+    """Per kind of tensor (:attr:`Study.kinds`): its share of ``‖g‖²``, each method's
+    normalised variance over the kind, and the kind's share of the reference method's error."""
+    ref = _reference(study)
+    total_norm = study.sq_norm(step) or math.inf
+    total_error = study.total(step, ref).normalized_variance * total_norm or math.inf
+    header = ["kind", "tensors", "elements", "‖g‖² %", *study.methods, f"{ref} error %"]
+    rows = []
+    for kind, names in study.kinds.items():
+        norm = study.sq_norm(step, names)
+        cells = [kind, str(len(names)), f"{study.total(step, ref, names).numel:,}",
+                 f"{100 * norm / total_norm:.2f}"]  # fmt: skip
+        for m in study.methods:
+            cells.append(f"{study.total(step, m, names).normalized_variance:.3g}" if norm else "-")
+        error = study.total(step, ref, names).normalized_variance * norm
+        rows.append([*cells, f"{100 * error / total_error:.1f}"])
+    return header, rows
+
+
+def kind_findings(study: Study) -> list[str]:
+    """Which kinds of tensor the reference method (TernGrad) hurts most, at the last step."""
+    kinds = study.kinds
+    if len(kinds) < 2:
+        return []
+    step, ref = study.captures[-1].step, _reference(study)
+    total_norm = study.sq_norm(step)
+    if not total_norm:
+        return []
+    total_error = study.total(step, ref).normalized_variance * total_norm
+    rank = []
+    for kind, names in kinds.items():
+        norm = study.sq_norm(step, names)
+        if norm:
+            variance = study.total(step, ref, names).normalized_variance
+            rank.append((variance, kind, variance * norm / (total_error or math.inf)))
+    rank.sort(reverse=True)
+    worst = ", ".join(f"{k} ({v:.3g})" for v, k, _ in rank[:3])
+    best = ", ".join(f"{k} ({v:.3g})" for v, k, _ in rank[-3:][::-1])
+    heavy = max(rank, key=lambda r: r[2])
+    return [
+        f"Quantized with {ref} on its own, the kinds of tensor with the largest normalised "
+        f"variance at step {step} are {worst}; the smallest, {best}. The largest share of "
+        f"the model's {ref} error, {100 * heavy[2]:.0f}%, is {heavy[1]}'s."
+    ]
+
+
 def _clip_rows(study: Study) -> list[list[str]]:
     rows = []
     for c in study.captures:
@@ -222,7 +273,7 @@ def findings(study: Study) -> list[str]:
             f"{b.bits_per_element:.2f} bits (layer-wise: {c.normalized_variance:.3g} at "
             f"{c.bits_per_element:.2f})."
         )
-    return out
+    return out + kind_findings(study)
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
@@ -243,11 +294,16 @@ def _sections(study: Study, command: str | None):
     """(title, intro, table header, rows, figure) for every part of the report."""
     last = study.captures[-1]
     header, layer_rows = _layer_rows(study, last.step)
+    kind_header, kind_rows = _kind_rows(study, last.step)
     steps = ", ".join(f"{c.step} (loss {c.loss:.3f})" for c in study.captures)
     return [
         ("Summary at the last step", f"Totals over all parameter tensors at step {last.step}; "
          f"each tensor quantized on its own, {study.draws} draws per stochastic method.",
          TOTAL_HEADER, _total_rows(study, last.step), "pareto"),
+        ("Per kind of tensor", "The same tensor of every repeated block together "
+         f"(blocks.*.attn.qkv.weight): its share of ‖g‖², each method's normalised variance "
+         f"over the kind, and the kind's share of {_reference(study)}'s error, step "
+         f"{last.step}.", kind_header, kind_rows, None),
         ("Per tensor", "Normalised variance E‖Q(g) − g‖² / ‖g‖² of each parameter tensor "
          f"(elements in brackets), step {last.step}.", header, layer_rows, None),
         ("Gradient histograms and clipping", "TernGrad clips g to ±2.5σ of its tensor before "
@@ -325,6 +381,7 @@ def write_report(study: Study, out: Path | str, command: str | None = None) -> P
             }
             for c in study.captures
         },
+        "kinds": study.kinds,
         "findings": facts,
     }
     atomic_write_text(out / "study.json", json.dumps(numbers, indent=1) + "\n")

@@ -34,6 +34,16 @@ POLICIES = ("quantize", "auto")
 #: the longest wait a collective may be given (a year): past it, timeouts overflow
 MAX_TIMEOUT = 365 * 24 * 3600.0
 
+#: named settings (:meth:`Options.preset`, ``--preset``), each from a measured comparison:
+#:
+#: * ``transformer``: TernGrad with one scale per bucket of 512 elements (the last layer and
+#:   tensors under 1,024 elements in fp32, as by default): of the TernGrad settings that send
+#:   at least 10x fewer bytes than fp32, the one closest to fp32's validation loss on the GPT
+#:   with AdamW (``terngrad reproduce transformer``, docs/results/transformer.md)
+PRESETS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
+    "transformer": MappingProxyType({"quantizer_options": {"bucket_size": 512}}),
+})  # fmt: skip
+
 
 def _fail(message: str) -> None:
     raise ValueError(message)
@@ -135,12 +145,39 @@ class Options:
             )
 
     @classmethod
+    def preset(cls, name: str, **settings: Any) -> Options:
+        """The settings of preset ``name`` (:data:`PRESETS`), with ``settings`` (the flat
+        keywords of :meth:`of`: fields by name, any other keyword a quantizer option) put over
+        them: ``Options.preset("transformer", seed=3)``."""
+        if not isinstance(name, str) or name not in PRESETS:
+            _fail(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
+        base = dict(PRESETS[name])
+        names = {f.name for f in dataclasses.fields(cls)}
+        q_options = {
+            **base.pop("quantizer_options", {}),
+            **settings.pop("quantizer_options", {}),
+            **{k: v for k, v in settings.items() if k not in names},
+        }
+        chosen = {**base, **{k: v for k, v in settings.items() if k in names}}
+        return cls(**chosen, quantizer_options=q_options)
+
+    @classmethod
     def of(
         cls, quantizer: str | Quantizer = "terngrad", topology: str = "sharded", **settings: Any
     ) -> Options:
         """Options from the flat keywords that :func:`terngrad.ddp.register` takes: the fields
         by name, every other keyword a quantizer option (``clip=2.0``). ``quantizer`` may be a
-        :class:`~terngrad.quantize.Quantizer`: its name and options are taken."""
+        :class:`~terngrad.quantize.Quantizer`: its name and options are taken. ``preset=NAME``
+        starts from that preset (:meth:`preset`): the other settings, and a quantizer or
+        topology other than the defaults, are put over it."""
+        if "preset" in settings:
+            name = settings.pop("preset")
+            if not isinstance(quantizer, str):
+                _fail("a preset names its quantizer: give the quantizer by name, not an instance")
+            given = {"quantizer": quantizer} if quantizer != "terngrad" else {}
+            if topology != "sharded":
+                given["topology"] = topology
+            return cls.preset(name, **given, **settings)
         if "exclude_last" in settings:  # the name before 0.2
             warnings.warn(
                 "exclude_last is deprecated: use quantize_last (= not exclude_last)",

@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from terngrad.train import text
+from terngrad.train.missing import DataMissing
 from terngrad.train.text import TextSet
 
 NAMES = ("mnist", "fashion", "cifar10", "synthetic", "pydoc")
@@ -88,10 +89,6 @@ _PICKLE_GLOBALS = frozenset(
         ("_codecs", "encode"),
     }
 )
-
-
-class DataMissing(Exception):
-    """A data set is not where it was looked for; the message (one line) says how to get it."""
 
 
 # --------------------------------------------------------------------------- the data set

@@ -333,18 +333,12 @@ def _warmup(runs: list[Run]) -> int:
 
 def _write_curves(records, variant: str, path: Path, base: TrainConfig) -> None:
     """Mean test accuracy over the seeds against step, one line per method (allgather rows)."""
-    from terngrad.train.report import write_step_plot
+    from terngrad.train.report import mean_curve, write_step_plot
 
-    lines: dict[str, list[tuple[int, float]]] = {}
     by_method: dict[str, list[list[tuple[int, float]]]] = {}
     for rec in records:
         if rec["variant"] == variant and rec["exchange"] == "allgather":
             by_method.setdefault(rec["method"], []).append(rec["curve"])
-    for method, curves in by_method.items():
-        steps = [s for s, _ in curves[0]]
-        lines[method] = [
-            (step, statistics.fmean(c[i][1] for c in curves if i < len(c)))
-            for i, step in enumerate(steps)
-        ]
+    lines = {method: mean_curve(curves) for method, curves in by_method.items()}
     title = f"{base.model} on {base.dataset}, {variant}: mean test accuracy over seeds"
     write_step_plot(lines, path, title)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,34 @@ def write_curves(runs: dict[str, list[dict[str, Any]]], path: Path, title: str =
         ax.legend()
     if title:
         fig.suptitle(title)
+    fig.tight_layout()
+    try:
+        atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))
+    finally:
+        plt.close(fig)
+
+
+def mean_curve(curves: list[list[tuple[int, float]]]) -> list[tuple[int, float]]:
+    """The mean of several runs' ``(step, value)`` curves at the first run's steps (a shorter
+    run counts where it has a value)."""
+    return [
+        (step, statistics.fmean(c[i][1] for c in curves if i < len(c)))
+        for i, (step, _) in enumerate(curves[0])
+    ]
+
+
+def write_tradeoff_plot(
+    points: dict[str, tuple[float, float]], path: Path, title: str, xlabel: str, ylabel: str
+) -> None:
+    """One labelled point per method, ``(bytes, value)``, the bytes on a log axis: what each
+    method sends against what it reaches; written atomically."""
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    for label, (x, y) in points.items():
+        ax.scatter([x], [y], s=30)
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax.set_xscale("log")
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.grid(True, alpha=0.3, which="both")
     fig.tight_layout()
     try:
         atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))

@@ -34,6 +34,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from terngrad.train.missing import DataMissing
+
 #: where Debian's python3-doc puts the documentation's reStructuredText sources
 PYDOC_GLOB = "/usr/share/doc/python3*/html/_sources"
 PYDOC_INSTALL = "apt-get install python3-doc"
@@ -118,9 +120,7 @@ def pydoc_folder() -> Path | None:
 
 def load_pydoc(data_dir: str | os.PathLike | None, context: int) -> TextSet:
     """The corpus of ``data_dir`` (every ``*.txt`` below it), by default Python's documentation
-    sources; :class:`~terngrad.train.data.DataMissing` if there is none."""
-    from terngrad.train.data import DataMissing
-
+    sources; :class:`~terngrad.train.missing.DataMissing` if there is none."""
     if data_dir is None:
         folder = pydoc_folder()
         if folder is None:

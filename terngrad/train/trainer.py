@@ -232,7 +232,7 @@ _LEGACY_EXCHANGE_FIELDS = (
 # --------------------------------------------------------------------------- one worker
 
 
-def _optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
+def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
     """SGD (plain or with momentum), Adam (L2 weight decay in the gradient), or AdamW
     (decoupled weight decay, Loshchilov & Hutter 2019, on the weight matrices and embeddings
     only: biases and layer-norm gains keep theirs, as GPT-2 and BERT train)."""
@@ -372,7 +372,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
         state = terngrad.ddp.register(ddp, options=cfg.exchange)
     else:  # PyTorch's own averaging: no hook state, nothing skipped, no bytes counted by us
         ddp, state = baselines.wrap(model, cfg.baseline, cfg.exchange.seed), None
-    optimizer = _optimizer(cfg, model)
+    optimizer = make_optimizer(cfg, model)
     lr_schedule = _schedule(cfg, optimizer, data.train_size)
     sampler = datasets.ShardSampler(
         data.train_size, rank, world, cfg.worker_batch, cfg.exchange.seed

@@ -13,6 +13,7 @@ real processes, and these ways of averaging the gradients (:func:`method_table`)
 * ``terngrad-ef``: worker-side error feedback;
 * ``terngrad-fp``: full-precision averaging for the first ``full_precision_steps`` steps (by
   default a fifth of the run, at least 1), then TernGrad — 1-bit Adam's warm-up (Tang et al. 2021);
+* ``terngrad-b512-fp``: both, buckets of 512 after the same warm-up;
 * ``qsgd``, ``orq``: QSGD and ORQ with 5 levels in buckets of 512 (their defaults).
 
 Every TernGrad-family run uses the sharded exchange (the hook's default). The result table gives
@@ -21,8 +22,9 @@ gap to fp32 in percent, and the bytes one rank sent per step (the hook's count; 
 hooks the ring all-reduce's ``2 (N-1)/N`` times the gradient's bytes), with the goal this
 experiment sets — within 2% of fp32's validation loss while sending at least 10x fewer bytes —
 checked per run. Outputs in ``out``: one trainer folder per run (``<method>-s<seed>``; a
-finished run is read back), ``results.json``, ``results.md`` and ``curves.png`` (validation bits
-per character against step).
+finished run is read back), ``results.json``, ``results.md``, ``curves.png`` (validation bits
+per character against step) and ``tradeoff.png`` (bytes per step against the final bits per
+character).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ LOSS_GAP = 0.02
 #: ... while sending at least this many times fewer bytes per step
 BYTES_FACTOR = 10.0
 METHODS = ("fp32", "fp16", "terngrad", "terngrad-b512", "terngrad-b2048", "terngrad-ef",
-           "terngrad-fp", "qsgd", "orq")  # fmt: skip
+           "terngrad-fp", "terngrad-b512-fp", "qsgd", "orq")  # fmt: skip
 
 
 def method_table(full_precision_steps: int) -> dict[str, tuple[str | None, dict[str, Any]]]:
@@ -58,6 +60,13 @@ def method_table(full_precision_steps: int) -> dict[str, tuple[str | None, dict[
         "terngrad-b2048": (None, {"quantizer_options": {"bucket_size": 2048}}),
         "terngrad-ef": (None, {"error_feedback": True}),
         "terngrad-fp": (None, {"full_precision_steps": full_precision_steps}),
+        "terngrad-b512-fp": (
+            None,
+            {
+                "quantizer_options": {"bucket_size": 512},
+                "full_precision_steps": full_precision_steps,
+            },
+        ),
         "qsgd": (None, {"quantizer": "qsgd"}),
         "orq": (None, {"quantizer": "orq"}),
     }
@@ -159,8 +168,13 @@ def _record(r: Run, summary: dict[str, Any], fp32_gradient: int) -> dict[str, An
 
 
 def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -> dict[str, Any]:
-    """``results.json``, ``results.md`` and ``curves.png`` in ``out``."""
-    from terngrad.train.report import markdown_table, write_step_plot
+    """``results.json``, ``results.md``, ``curves.png`` and ``tradeoff.png`` in ``out``."""
+    from terngrad.train.report import (
+        markdown_table,
+        mean_curve,
+        write_step_plot,
+        write_tradeoff_plot,
+    )  # fmt: skip
 
     base = runs[0].config
     records = [_record(r, s, gradient_bytes(base)) for r, s in zip(runs, summaries, strict=True)]
@@ -207,16 +221,20 @@ def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -
     atomic_write_text(out / "results.md", text)
     result = {"settings": base.to_dict(), "runs": records}
     atomic_write_text(out / "results.json", json.dumps(result, indent=2) + "\n")
-    lines = {
-        method: [
-            (step, statistics.fmean(r["curve"][i][1] for r in recs if i < len(r["curve"])))
-            for i, (step, _) in enumerate(recs[0]["curve"])
-        ]
-        for method, recs in by_method.items()
-    }
+    lines = {m: mean_curve([r["curve"] for r in recs]) for m, recs in by_method.items()}
     write_step_plot(
         lines, out / "curves.png", f"{base.model} on {base.dataset}: validation bits per "
         "character (mean over seeds)", ylabel="validation bits per character", percent=False,
+    )  # fmt: skip
+    points = {
+        m: (statistics.fmean(r["bytes_per_step"] for r in recs),
+            statistics.fmean(r["bits_per_char"] for r in recs))
+        for m, recs in by_method.items()
+    }  # fmt: skip
+    write_tradeoff_plot(
+        points, out / "tradeoff.png", f"{base.model} on {base.dataset}, {base.steps} steps: "
+        "bytes against the final validation loss", xlabel="bytes one rank sends per step",
+        ylabel="final validation bits per character",
     )  # fmt: skip
     return result
 
