@@ -430,7 +430,7 @@ def reproduce_transformer(args: argparse.Namespace) -> int:
     )
     tf.run_all(runs, Path(out))
     print((Path(out) / "results.md").read_text())
-    print(f"Written: {out}/results.json, {out}/results.md, {out}/curves.png")
+    print(f"Written: {out}/results.json, {out}/results.md, {out}/curves.png, {out}/tradeoff.png")
     return 0
 
 

@@ -211,11 +211,11 @@ def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -
         f"Settings: AdamW, lr {base.lr} (warm-up from lr/10 over {base.warmup_steps} steps, "
         f"cosine to lr/10), weight decay {base.weight_decay} on matrices and embeddings, "
         f"{base.worker_batch} windows of {models.default_input_shape(base.model)[0]} characters "
-        f"per worker; terngrad-fp averages in full precision for its first {k} steps. Loss is "
-        "nats per character on the held-out files' validation windows (bits/char = loss / "
-        "ln 2); ± is the sample standard deviation over seeds. Bytes: the hook's count per "
-        "rank; for PyTorch's fp32/fp16 hooks the ring all-reduce's 2 (N-1)/N times the "
-        "gradient's bytes.\n"
+        f"per worker; terngrad-fp and terngrad-b512-fp average in full precision for their "
+        f"first {k} steps. Loss is nats per character on the held-out files' validation windows "
+        "(bits/char = loss / ln 2); ± is the sample standard deviation over seeds. Bytes: the "
+        "hook's count per rank; for PyTorch's fp32/fp16 hooks the ring all-reduce's 2 (N-1)/N "
+        "times the gradient's bytes.\n"
     )
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "results.md", text)
