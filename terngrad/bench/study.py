@@ -189,9 +189,10 @@ class Study:
         return combine([self.measures[(step, method, name)] for name in chosen])
 
     def sq_norm(self, step: int, names: Sequence[str] | None = None) -> float:
-        """``Σ ‖g‖²`` at ``step`` over the tensors ``names`` (default: all)."""
-        grads = self.captures[[c.step for c in self.captures].index(step)].grads
-        return sum(float(grads[n].double().square().sum()) for n in (names or self.layers))
+        """``Σ ‖g‖²`` at ``step`` over the tensors ``names`` (default: all), as measured."""
+        first = next(iter(self.methods))
+        chosen = self.layers if names is None else names
+        return sum(self.measures[(step, first, name)].sq_norm for name in chosen)
 
 
 def tensor_kinds(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, list[str]]:

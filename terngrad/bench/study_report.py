@@ -157,42 +157,46 @@ def _reference(study: Study) -> str:
     return "terngrad" if "terngrad" in study.methods else next(iter(study.methods))
 
 
-def _kind_rows(study: Study, step: int) -> tuple[list[str], list[list[str]]]:
-    """Per kind of tensor (:attr:`Study.kinds`): its share of ``‖g‖²``, each method's
-    normalised variance over the kind, and the kind's share of the reference method's error."""
+def _kind_shares(study: Study, step: int) -> list[tuple[str, list[str], float, float, float]]:
+    """Per kind of tensor (:attr:`Study.kinds`): (kind, its tensors, its share of ``‖g‖²``,
+    the reference method's normalised variance over it, its share of that method's error)."""
     ref = _reference(study)
     total_norm = study.sq_norm(step) or math.inf
     total_error = study.total(step, ref).normalized_variance * total_norm or math.inf
-    header = ["kind", "tensors", "elements", "‖g‖² %", *study.methods, f"{ref} error %"]
-    rows = []
+    shares = []
     for kind, names in study.kinds.items():
         norm = study.sq_norm(step, names)
-        cells = [kind, str(len(names)), f"{study.total(step, ref, names).numel:,}",
-                 f"{100 * norm / total_norm:.2f}"]  # fmt: skip
+        variance = study.total(step, ref, names).normalized_variance
+        shares.append((kind, names, norm / total_norm, variance, variance * norm / total_error))
+    return shares
+
+
+def _kind_rows(study: Study, step: int) -> tuple[list[str], list[list[str]]]:
+    """The per-kind table: share of ``‖g‖²``, every method's normalised variance over the
+    kind, and the kind's share of the reference method's error."""
+    ref = _reference(study)
+    header = ["kind", "tensors", "elements", "‖g‖² %", *study.methods, f"{ref} error %"]
+    rows = []
+    for kind, names, norm_share, _, error_share in _kind_shares(study, step):
+        elements = study.total(step, ref, names).numel
+        cells = [kind, str(len(names)), f"{elements:,}", f"{100 * norm_share:.2f}"]
         for m in study.methods:
-            cells.append(f"{study.total(step, m, names).normalized_variance:.3g}" if norm else "-")
-        error = study.total(step, ref, names).normalized_variance * norm
-        rows.append([*cells, f"{100 * error / total_error:.1f}"])
+            variance = study.total(step, m, names).normalized_variance
+            cells.append(f"{variance:.3g}" if norm_share else "-")
+        rows.append([*cells, f"{100 * error_share:.1f}"])
     return header, rows
 
 
 def kind_findings(study: Study) -> list[str]:
     """Which kinds of tensor the reference method (TernGrad) hurts most, at the last step."""
-    kinds = study.kinds
-    if len(kinds) < 2:
-        return []
     step, ref = study.captures[-1].step, _reference(study)
-    total_norm = study.sq_norm(step)
-    if not total_norm:
+    rank = sorted(
+        ((variance, kind, error) for kind, _, norm, variance, error in _kind_shares(study, step)
+         if norm),
+        reverse=True,
+    )  # fmt: skip
+    if len(rank) < 2:
         return []
-    total_error = study.total(step, ref).normalized_variance * total_norm
-    rank = []
-    for kind, names in kinds.items():
-        norm = study.sq_norm(step, names)
-        if norm:
-            variance = study.total(step, ref, names).normalized_variance
-            rank.append((variance, kind, variance * norm / (total_error or math.inf)))
-    rank.sort(reverse=True)
     worst = ", ".join(f"{k} ({v:.3g})" for v, k, _ in rank[:3])
     best = ", ".join(f"{k} ({v:.3g})" for v, k, _ in rank[-3:][::-1])
     heavy = max(rank, key=lambda r: r[2])
