@@ -381,7 +381,8 @@ def stuck_rank(rank: int, world: int) -> dict:
 
 def mismatched_runs(rank: int, world: int) -> str:
     """Rank 1 was started with another learning rate and model."""
-    from terngrad.train.trainer import TrainConfig, check_same_run
+    from terngrad.train.config import TrainConfig
+    from terngrad.train.loop import check_same_run
 
     cfg = TrainConfig(out=f"/tmp/node{rank}", workers=world)
     if rank == 1:

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from terngrad.bench import accuracy, network
+from terngrad.bench import accuracy, testbed
 from terngrad.cli import main
-from terngrad.comm import Options
-from terngrad.train import models
-from terngrad.train.trainer import TrainConfig
+from terngrad.train import comparison, models
+from terngrad.train.config import TrainConfig
 from tests.test_network import WHY_NOT
 
 PREFIX = "tgacc"
@@ -24,7 +23,7 @@ PREFIX = "tgacc"
 def _base(out, **changes) -> TrainConfig:
     settings = dict(
         out=str(out), model="mlp", dataset="mnist", workers=2, batch_size=64, steps=20,
-        eval_every=10, progress=False, keep_checkpoints=1, exchange=Options(timeout=120),
+        eval_every=10, progress=False, keep_checkpoints=1, timeout=120,
     )  # fmt: skip
     return TrainConfig(**{**settings, **changes})
 
@@ -42,21 +41,24 @@ def test_time_to_target_is_the_first_evaluation_that_reaches_it():
 
 
 def test_every_method_gets_its_own_configuration(tmp_path):
-    plan = accuracy.Plan(_base(tmp_path), ("fp32", "powersgd", "terngrad-ps", "qsgd"), "1gbit", 0.9)
-    fp32, powersgd, ps, qsgd = (plan.config(m) for m in plan.methods)
+    base = _base(tmp_path, exchange=_base(tmp_path).exchange.replace(quantize_last=True))
+    plan = accuracy.AccuracyComparison(base, ("fp32", "powersgd", "terngrad-ps", "qsgd"), "1gbit",
+                                       0.9)  # fmt: skip
+    fp32, powersgd, ps, qsgd = (r.config for r in plan.plan())
     assert (fp32.baseline, powersgd.baseline, ps.baseline, qsgd.baseline) == (
         "fp32", "powersgd", None, None,
     )  # fmt: skip
     assert (ps.exchange.quantizer, ps.exchange.topology) == ("terngrad", "ps")
     assert (qsgd.exchange.quantizer, qsgd.exchange.quantizer_options) == ("qsgd", {"levels": 5})
-    assert qsgd.out == str(tmp_path / "qsgd")
+    assert qsgd.out == str(tmp_path / "qsgd-5")  # the older name's method
+    assert ps.exchange.quantize_last and qsgd.exchange.quantize_last  # the run's protocol
     # everything else is the same run
-    assert not fp32.diff(qsgd, ignore=("out", "baseline", "quantizer", "quantizer_options"))
+    assert not ps.diff(qsgd, ignore=("out", "quantizer", "quantizer_options", "topology"))
 
 
 def _refused(capsys, argv, monkeypatch, tmp_path) -> str:
     built = []
-    monkeypatch.setattr(network.Testbed, "__enter__", lambda self: built.append(self))
+    monkeypatch.setattr(testbed.Testbed, "__enter__", lambda self: built.append(self))
     out = tmp_path / "never"
     with pytest.raises(SystemExit) as exc:
         main(["bench", "accuracy", "--model", "mlp", "--workers", "2", "--out", str(out), *argv])
@@ -85,7 +87,7 @@ def test_bad_input_is_one_line_and_status_2(capsys, monkeypatch, tmp_path, argv,
 def test_a_bandwidth_without_root_is_refused_before_anything_is_built(
     capsys, monkeypatch, tmp_path
 ):
-    monkeypatch.setattr(network.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(testbed.os, "geteuid", lambda: 1000)
     err = _refused(capsys, ["--target", "90"], monkeypatch, tmp_path)
     assert "--bandwidth 100mbit" in err and "needs root" in err
 
@@ -95,7 +97,7 @@ def test_predictions_must_come_from_the_same_setting(tmp_path):
                "compute_seconds": 0.1, "methods": []}  # fmt: skip
     path = tmp_path / "net.json"
     path.write_text(json.dumps(summary))
-    plan = accuracy.Plan(
+    plan = accuracy.AccuracyComparison(
         _base(tmp_path / "run"), ("fp32",), "100mbit", 0.5, predict_with=(str(path), str(path))
     )
     with pytest.raises(ValueError, match="same model, ranks, --batch-size and --input-shape"):
@@ -108,12 +110,13 @@ def test_predictions_must_come_from_the_same_setting(tmp_path):
 
 @pytest.mark.skipif(WHY_NOT is not None, reason=f"testbed: {WHY_NOT}")
 def test_two_ranks_two_methods_on_the_shaped_testbed(tmp_path):
-    plan = accuracy.Plan(
-        _base(tmp_path), ("fp32", "terngrad"), "100mbit", 0.3, timeout=300, prefix=PREFIX
+    plan = accuracy.AccuracyComparison(
+        _base(tmp_path), ("fp32", "terngrad"), "100mbit", 0.3, time_limit=300, prefix=PREFIX
     )
     lines: list[str] = []
-    results = accuracy.run(plan, echo=lines.append)
-    assert not [n for n in network._namespaces() if n.startswith(f"{PREFIX}-")]  # torn down
+    comparison.run(plan, tmp_path, echo=lines.append)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert not [n for n in testbed._namespaces() if n.startswith(f"{PREFIX}-")]  # torn down
     fp32, tern = results["methods"]
     assert (fp32["method"], tern["method"]) == ("fp32", "terngrad")
     for row in (fp32, tern):
@@ -135,22 +138,26 @@ def test_two_ranks_two_methods_on_the_shaped_testbed(tmp_path):
     drawn = accuracy.plot(results, out / "again.png")
     assert drawn == (["fp32", "terngrad"], ["fp32", "terngrad"])  # every method, both panels
     assert (out / "time-to-accuracy.png").stat().st_size > 10_000
-    # run again: every method resumes from its last checkpoint, nothing is trained twice
-    again = accuracy.run(plan, echo=lines.append)
+    # run again: every method is read back, nothing is trained twice
+    lines.clear()
+    comparison.run(plan, tmp_path, echo=lines.append)
+    again = json.loads((tmp_path / "results.json").read_text())
     assert [r["train_seconds"] for r in again["methods"]] == [
         r["train_seconds"] for r in results["methods"]
     ]
+    assert sum("(done before)" in line for line in lines) == 2
     # the report again, for another target, without training or building anything
-    lower = accuracy.report(replace(plan, target=0.15))
+    comparison.report_only(replace(plan, target=0.15), tmp_path)
+    lower = json.loads((tmp_path / "results.json").read_text())
     assert [r["method"] for r in lower["methods"]] == ["fp32", "terngrad"]
     assert all(r["reached"] and r["reached"]["step"] == 10 for r in lower["methods"])
     assert "# Time to 15%" in (out / "results.md").read_text()
     other = replace(plan, base=replace(plan.base, lr=0.5))
-    with pytest.raises(ValueError, match=r"trained with other settings .*lr=0.01 instead of 0.5"):
-        accuracy.report(other)
+    with pytest.raises(ValueError, match=r"fp32 \(DDP fp32 all-reduce\) has not finished"):
+        comparison.report_only(other, tmp_path)
 
 
 def test_a_report_needs_finished_runs(tmp_path):
-    plan = accuracy.Plan(_base(tmp_path), ("fp32",), "100mbit", 0.5)
-    with pytest.raises(ValueError, match=r"fp32 has not finished in .*: train it first"):
-        accuracy.report(plan)
+    plan = accuracy.AccuracyComparison(_base(tmp_path), ("fp32",), "100mbit", 0.5)
+    with pytest.raises(ValueError, match=r"fp32 .* has not finished in .*: train it first"):
+        comparison.report_only(plan, tmp_path)

@@ -75,16 +75,44 @@ def test_bench_codec_table_and_json(tmp_path, capsys):
 def test_exchange_flags_go_over_a_preset():
     """``--preset`` starts from the preset; a flag given (even a default value) wins, a flag left
     out leaves the preset's value."""
-    from terngrad.cli import build_parser, exchange_options
+    from terngrad.cli import build_parser
+    from terngrad.cli.flags import exchange_options
     from terngrad.comm import Options
 
     def options(*flags):
         return exchange_options(build_parser().parse_args(["train", "--out", "x", *flags]))
 
-    assert options() == Options(timeout=options().timeout)  # no flags: the defaults
-    preset = options("--preset", "transformer")
-    assert preset == Options.preset("transformer", timeout=preset.timeout)
+    assert options() == Options()  # no flags: the defaults
+    assert options("--preset", "transformer") == Options.preset("transformer")
     over = options("--preset", "transformer", "--min-numel", "0", "--bucket-size", "64",
                    "--error-feedback")  # fmt: skip
-    assert over == Options.preset("transformer", min_numel=0, bucket_size=64,
-                                  error_feedback=True, timeout=preset.timeout)  # fmt: skip
+    assert over == Options.preset("transformer", min_numel=0, bucket_size=64, error_feedback=True)
+
+
+def test_the_training_flags_are_the_configs_fields():
+    """Every setting of TrainConfig and Options has its flag, with the config's default: a
+    default or a range is written once, in the config."""
+    from dataclasses import MISSING
+
+    from terngrad.cli import build_parser
+    from terngrad.cli.train import config
+    from terngrad.comm import Options
+    from terngrad.train.config import TrainConfig
+    from terngrad.util.settings import flag_name, settings_of
+
+    parser = build_parser()
+    train = next(a for a in parser._subparsers._group_actions[0].choices.items()
+                 if a[0] == "train")[1]  # fmt: skip
+    flags = {s for a in train._actions for s in a.option_strings}
+    for cls in (TrainConfig, Options):
+        for f, s in settings_of(cls):
+            if s.flag != "" and not (cls is Options and f.name in ("seed", "timeout")):
+                assert flag_name(f, s) in flags, f.name
+    cfg = config(parser.parse_args(["train", "--out", "x"]), out="x")
+    for f, _ in settings_of(TrainConfig):
+        if f.default is not MISSING and f.name not in ("dataset", "batch_size"):
+            assert getattr(cfg, f.name) == f.default, f.name
+    assert (cfg.dataset, cfg.batch_size) == ("mnist", 64)  # resolved by the config
+    cfg = config(parser.parse_args(["train", "--out", "x", "--model", "gpt", "--seed", "5"]),
+                 out="x")  # fmt: skip
+    assert (cfg.dataset, cfg.seed, cfg.hook_options.seed) == ("pydoc", 5, 5)

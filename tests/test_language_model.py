@@ -13,7 +13,8 @@ import torch
 from terngrad.cli import main
 from terngrad.comm import Options
 from terngrad.train import data, models, schedule, text
-from terngrad.train.trainer import DEFAULT_TIMEOUT, TrainConfig, make_optimizer
+from terngrad.train.config import TrainConfig
+from terngrad.train.setup import make_optimizer
 
 CONTEXT = 16
 
@@ -236,28 +237,36 @@ def test_the_transformer_plan_runs_every_method_on_one_protocol():
         "cosine",
     )
     assert (base.warmup_steps, base.eval_every, base.weight_decay) == (10, 10, 0.1)
-    runs = tf.plan(base, seeds=2)
+    runs = tf.TransformerComparison(base, seeds=2).plan()
     assert [r.method for r in runs[::2]] == list(tf.METHODS) and len(runs) == 20
-    by = {(r.method, r.seed): r.config for r in runs}
+    by = {(r.method, r.tags["seed"]): r.config for r in runs}
     assert by["fp32", 0].baseline == "fp32" and by["fp16", 1].baseline == "fp16"
-    assert by["terngrad", 0].exchange == Options(timeout=DEFAULT_TIMEOUT)  # the hook's defaults
-    assert by["terngrad", 1].exchange.seed == 1 and by["terngrad", 0].baseline is None
+    assert by["terngrad", 0].exchange == Options()  # the hook's defaults
+    assert by["terngrad", 1].seed == 1 and by["terngrad", 0].baseline is None
+    assert by["fp32", 1].seed == 1  # a baseline takes its data order from the run's seed
     assert by["terngrad-b512", 0].exchange.make_quantizer().bucket_size == 512
     assert by["terngrad-b2048", 0].exchange.make_quantizer().bucket_size == 2048
     assert by["terngrad-ef", 0].exchange.error_feedback
     assert by["terngrad-fp", 0].exchange.full_precision_steps == 20  # a fifth of the steps
     both = by["terngrad-b512-fp", 0].exchange
     assert both == by["terngrad-b512", 0].exchange.replace(full_precision_steps=20)
-    assert by["qsgd", 0].exchange.quantizer == "qsgd" and by["orq", 0].exchange.quantizer == "orq"
-    assert by["orq", 0].out.endswith("orq-s0") and by["orq", 1].out.endswith("orq-s1")
-    assert tf.plan(base, ["terngrad-fp"], full_precision_steps=7)[0].config.exchange == (
+    assert by["qsgd-5", 0].exchange.quantizer == "qsgd"
+    assert by["orq-5", 0].exchange.quantizer == "orq"
+    assert by["orq-5", 0].out.endswith("orq-5-s0") and by["orq-5", 1].out.endswith("orq-5-s1")
+
+    def plan(names, **kw):
+        return tf.TransformerComparison(base, names, **kw).plan()
+
+    assert plan(["terngrad-fp"], full_precision_steps=7)[0].config.exchange == (
         by["terngrad-fp", 0].exchange.replace(full_precision_steps=7)
     )
-    for bad, message in ((["adam"], "unknown method 'adam'"), (["orq", "orq"], "named once")):
+    assert plan(["orq"])[0].method == "orq-5"  # the older name
+    for bad, message in ((["adam"], "unknown method 'adam'"), (["orq", "orq-5"], "given twice"),
+                         (["powersgd"], "not a method of this comparison")):  # fmt: skip
         with pytest.raises(ValueError, match=message):
-            tf.plan(base, bad)
+            plan(bad)
     with pytest.raises(ValueError, match="between 1 and the run's 99, got 100"):
-        tf.plan(base, ["terngrad-fp"], full_precision_steps=100)
+        plan(["terngrad-fp"], full_precision_steps=100)
 
 
 def test_a_two_method_reproduction_writes_the_table_and_reads_back(tmp_path, capsys, monkeypatch):
@@ -300,8 +309,8 @@ def test_a_two_method_reproduction_writes_the_table_and_reads_back(tmp_path, cap
     assert "| fp32 |" in table and "| terngrad-fp |" in table and "within 2%, ≥10x" in table
     assert (out / "curves.png").stat().st_size > 10_000
     assert (out / "tradeoff.png").stat().st_size > 10_000
-    from terngrad.train import experiments
+    from terngrad.train import comparison
 
-    monkeypatch.setattr(experiments, "launch", lambda cfg: pytest.fail("retrained"))
+    monkeypatch.setattr(comparison, "launch", lambda cfg: pytest.fail("retrained"))
     assert main(argv) == 0
     assert "(done before)" in capsys.readouterr().out

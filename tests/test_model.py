@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from terngrad import quantize
-from terngrad.bench import model as M
+from terngrad.bench import perf_model as M
+from terngrad.bench import scaling, validation
 from terngrad.cli import main
 from terngrad.comm.policy import Estimate, decide
 from terngrad.comm.traffic import grid_traffic, ring_bytes
@@ -152,31 +153,31 @@ def test_calibration_recovers_the_inputs_and_validation_predicts_shaped_runs():
     torch.manual_seed(0)
     prof = M.profile(nn.Sequential(nn.Linear(1000, 2000), nn.Linear(2000, 10)), (1000,), "mlp2")
     truth = {"fp32": 0.0, "fp16": 2e-8, "terngrad": 5e-8}
-    calib = M.calibrate(_summary(prof, "unlimited", math.inf, 3e8, truth), prof)
+    calib = validation.calibrate(_summary(prof, "unlimited", math.inf, 3e8, truth), prof)
     assert calib.host_bytes_per_s == pytest.approx(3e8, rel=1e-6)
     for name, kappa in truth.items():
         assert calib.codec_seconds_per_element[name] == pytest.approx(kappa, rel=1e-6, abs=1e-15)
     shaped = _summary(prof, "1gbit", 1.2e8, 3e8, truth, compute=1.4)
-    checks = M.validate(calib, [shaped], prof)
+    checks = validation.validate(calib, [shaped], prof)
     assert [c.method for c in checks] == list(truth)
     assert all(abs(c.error) < 1e-6 for c in checks)
-    table = M.validation_table(calib, checks)
+    table = validation.validation_table(calib, checks)
     assert "| 1gbit | terngrad |" in table and "largest error: 0.0%" in table
     with pytest.raises(ValueError, match="unshaped links"):
-        M.calibrate(shaped, prof)
+        validation.calibrate(shaped, prof)
     del shaped["link_probe"]
     with pytest.raises(ValueError, match="no link probe"):
-        M.validate(calib, [shaped], prof)
+        validation.validate(calib, [shaped], prof)
 
 
 def test_scaling_is_linear_without_communication_cost(tiny):
-    gpu = M.Accelerator(flops_per_s=1e9, batch_size=32, codec_elements_per_s=1e30)
-    free = M.Network("free", 1e30, 0.0)
-    per = M.scaling(tiny, ["fp32", "terngrad"], [8, 64], free, gpu)
+    gpu = scaling.Accelerator(flops_per_s=1e9, batch_size=32, codec_elements_per_s=1e30)
+    free = scaling.Network("free", 1e30, 0.0)
+    per = scaling.scaling(tiny, ["fp32", "terngrad"], [8, 64], free, gpu)
     one = 32 / gpu.compute_seconds(tiny)
     for ys in per.values():
         assert ys == pytest.approx([8 * one, 64 * one])
-    slow = M.scaling(tiny, ["fp32", "terngrad"], [8], M.NETWORKS["1gbe"], gpu)
+    slow = scaling.scaling(tiny, ["fp32", "terngrad"], [8], scaling.NETWORKS["1gbe"], gpu)
     assert slow["terngrad"][0] > slow["fp32"][0]  # on 1 Gb Ethernet the fewer bytes win
 
 
@@ -204,23 +205,25 @@ def test_model_commands(tmp_path, capsys):
         path.write_text(json.dumps(_summary(prof, bw, rate, 3e8, truth)))
         files.append(str(path))
     out = tmp_path / "validation"
-    assert main(["model", "validate", "--calibrate", files[0], "--runs", files[1],
+    assert main(["perf-model", "validate", "--calibrate", files[0], "--runs", files[1],
                  "--out", str(out)]) == 0  # fmt: skip
     saved = json.loads((out / "validation.json").read_text())
     assert [c["method"] for c in saved["checks"]] == list(truth)
     assert "| 1gbit | fp16 |" in (out / "validation.md").read_text()
     assert main(["model", "scale", "--models", "lenet", "--workers", "2", "8",
                  "--out", str(tmp_path / "scale")]) == 0  # fmt: skip
+    assert "terngrad model scale is now terngrad perf-model scale" in capsys.readouterr().err
     scaled = json.loads((tmp_path / "scale" / "scaling.json").read_text())
-    assert set(scaled["images_per_second"]) == set(M.NETWORKS)
+    assert set(scaled["images_per_second"]) == set(scaling.NETWORKS)
     assert (tmp_path / "scale" / "scaling.png").stat().st_size > 10_000
     capsys.readouterr()
     with pytest.raises(SystemExit) as exc:
         missing = str(tmp_path / "missing.json")
-        main(["model", "validate", "--calibrate", missing, "--runs", files[1]])
+        main(["perf-model", "validate", "--calibrate", missing, "--runs", files[1]])
     assert exc.value.code == 2
     assert "cannot read" in capsys.readouterr().err
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(SystemExit) as exc:
-        main(["model", "validate", "--calibrate", str(tmp_path / "bad.json"), "--runs", files[1]])
+        main(["perf-model", "validate", "--calibrate", str(tmp_path / "bad.json"), "--runs",
+              files[1]])
     assert "not the results.json" in capsys.readouterr().err

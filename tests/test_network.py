@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from terngrad.bench import network
+from terngrad.bench import network, testbed
 from terngrad.cli import main
 
 PREFIX = "tgtest"
@@ -35,13 +35,13 @@ WHY_NOT = _can_build_namespaces()
 
 
 def test_rates():
-    assert network.rate_bits("1gbit") == 10**9
-    assert network.rate_bits("100mbit") == 10**8
-    assert network.rate_bits("2.5gbit") == 2_500_000_000
-    assert network.rate_bits("unlimited") is None
+    assert testbed.rate_bits("1gbit") == 10**9
+    assert testbed.rate_bits("100mbit") == 10**8
+    assert testbed.rate_bits("2.5gbit") == 2_500_000_000
+    assert testbed.rate_bits("unlimited") is None
     for bad in ("fast", "0gbit", "-1mbit", "1gb", ""):
         with pytest.raises(ValueError, match="bandwidth must be a rate"):
-            network.rate_bits(bad)
+            testbed.rate_bits(bad)
 
 
 def test_summary_takes_the_slowest_rank_and_the_median_step():
@@ -90,26 +90,32 @@ def test_summary_takes_the_slowest_rank_and_the_median_step():
 
 def test_host_checks_say_what_is_missing(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    with pytest.raises(network.TestbedUnavailable, match="needs root"):
-        network.check_host()
+    with pytest.raises(testbed.TestbedUnavailable, match="needs root"):
+        testbed.check_host()
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(shutil, "which", lambda tool: None if tool == "tc" else "/usr/bin/ip")
-    with pytest.raises(network.TestbedUnavailable, match="'tc' command from iproute2"):
-        network.check_host()
+    with pytest.raises(testbed.TestbedUnavailable, match="'tc' command from iproute2"):
+        testbed.check_host()
 
 
 def test_cli_refuses_bad_input(capsys):
     for argv, message in [
         (["bench", "network", "--bandwidth", "fast"], "bandwidth must be a rate"),
-        (["bench", "network", "--ranks", "9"], "2 to 8 ranks"),
+        (["bench", "network", "--workers", "9"], "2 to 8 ranks"),
+        (["bench", "network", "--methods", "zip"], "unknown method 'zip'; choose from"),
     ]:
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == 2
         assert message in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["bench", "network", "--methods", "zip"])
-    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_the_old_spelling_of_workers_still_runs_with_a_warning(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "network", "--ranks", "9"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--ranks is deprecated: use --workers" in err and "2 to 8 ranks" in err
 
 
 @pytest.mark.skipif(WHY_NOT is not None, reason=f"testbed: {WHY_NOT}")
@@ -118,7 +124,7 @@ def test_two_rank_testbed_run(tmp_path):
         2, "1gbit", "mlp", ["fp32", "terngrad"], tmp_path, steps=2, warmup=1, timeout=300,
         prefix=PREFIX,
     )  # fmt: skip
-    assert not [n for n in network._namespaces() if n.startswith(f"{PREFIX}-")]  # torn down
+    assert not [n for n in testbed._namespaces() if n.startswith(f"{PREFIX}-")]  # torn down
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved == json.loads(json.dumps(summary))
     assert (tmp_path / "speedup.png").stat().st_size > 0
@@ -137,16 +143,16 @@ def test_leftovers_are_refused_then_cleaned_up():
     subprocess.run(["ip", "netns", "add", f"{PREFIX}-r1"], check=True)
     try:
         with (
-            pytest.raises(network.TestbedUnavailable, match="already exist"),
-            network.Testbed(2, prefix=PREFIX),
+            pytest.raises(testbed.TestbedUnavailable, match="already exist"),
+            testbed.Testbed(2, prefix=PREFIX),
         ):
             pass
     finally:
-        assert network.cleanup(PREFIX) == [f"{PREFIX}-r1"]
-    assert f"{PREFIX}-r1" not in network._namespaces()
+        assert testbed.cleanup(PREFIX) == [f"{PREFIX}-r1"]
+    assert f"{PREFIX}-r1" not in testbed._namespaces()
 
 
 def test_only_the_tools_own_namespaces_count():
-    assert network._ours("tg-hub", "tg") and network._ours("tg-r12", "tg")
+    assert testbed._ours("tg-hub", "tg") and testbed._ours("tg-r12", "tg")
     for other in ("tg-router", "tg-r", "tg-r1x", "tgx-r1", "tg", "other-r1"):
-        assert not network._ours(other, "tg")
+        assert not testbed._ours(other, "tg")

@@ -6,6 +6,7 @@ import json
 import pytest
 from conftest import refused
 
+from terngrad import quantize
 from terngrad.cli import main
 from terngrad.train import optimal_quantization as oq
 
@@ -16,28 +17,36 @@ SMOKE = ["reproduce", "orq", "--model", "mlp", "--workers", "2", "--steps", "4",
 
 def test_the_full_plan_runs_every_method_with_seeds_and_both_broadcasts(tmp_path):
     base = oq.protocol(str(tmp_path), "lenet", "mnist", None, 4, 600)
-    runs = oq.plan(base)
+    runs = oq.ORQComparison(base).plan()
     per_variant = len(oq.SEEDED) * 3 + len(oq.METHODS) - len(oq.SEEDED)
     assert len(runs) == 2 * per_variant + len(oq.ALGORITHM2)
     assert len({r.config.out for r in runs}) == len(runs)  # one folder each
-    orq = next(r for r in runs if r.method == "orq-9" and r.variant == "clip").config
-    assert orq.exchange.quantizer_options == {"levels": 9, "bucket_size": 512, "clip": 2.5}
+
+    def variant(method, name):
+        return [r for r in runs if r.method == method and r.tags["variant"] == name]
+
+    orq = variant("orq-9", "clip")[0].config
+    assert orq.exchange.make_quantizer().options == quantize.get("orq", levels=9, clip=2.5).options
+    assert orq.exchange.make_quantizer().bucket_size == oq.BUCKET
     assert (orq.exchange.topology, orq.exchange.quantize_last, orq.exchange.min_numel) == (
         "allgather", True, 0,
     )  # fmt: skip
     assert orq.warmup_steps == 60
-    plain = [r for r in runs if r.method == "terngrad" and r.variant == "noclip"]
-    assert [r.seed for r in plain] == [0, 1, 2]
-    assert plain[0].config.exchange.quantizer_options["clip"] is None
+    plain = variant("terngrad-b512", "noclip")
+    assert [r.config.seed for r in plain] == [0, 1, 2]
+    assert plain[0].config.exchange.quantizer_options == {"bucket_size": 512, "clip": None}
     assert plain[0].config.warmup_steps == 0
+    sign = variant("signsgd-b512", "clip")[0].config.exchange.make_quantizer()
+    assert (sign.bucket_size, sign.clip) == (512, 2.5)
     fp32 = [r for r in runs if r.method == "fp32"]
     assert len(fp32) == 6 and all(r.config.baseline == "fp32" for r in fp32)
-    ps = [r.exchange for r in runs if r.config.exchange.topology == "ps"]
+    ps = [oq.exchange_of(r) for r in runs if r.config.exchange.topology == "ps"]
     assert ps == ["ps/coherent", "ps/requantize"] * 2
     # bits per element of one worker's message of LeNet's whole gradient
-    assert oq.bits_per_element("fp32", "lenet") == 32.0
-    assert 1.0 < oq.bits_per_element("bingrad-b", "lenet") < 1.2
-    assert 1.6 < oq.bits_per_element("terngrad", "lenet") < 1.7
+    bits = {r.method: oq.bits_per_element(r.config) for r in runs}
+    assert bits["fp32"] == 32.0
+    assert 1.0 < bits["bingrad-b"] < 1.2
+    assert 1.6 < bits["terngrad-b512"] < 1.7
 
 
 def test_a_two_run_smoke_reproduction(tmp_path, capsys, monkeypatch):
@@ -58,9 +67,9 @@ def test_a_two_run_smoke_reproduction(tmp_path, capsys, monkeypatch):
     printed = capsys.readouterr().out
     assert "[2/2] orq-5 clip seed 0 (allgather): final" in printed
     # run again: both runs are read back, none is trained
-    from terngrad.train import experiments
+    from terngrad.train import comparison
 
-    monkeypatch.setattr(experiments, "launch", lambda cfg: pytest.fail("retrained"))
+    monkeypatch.setattr(comparison, "launch", lambda cfg: pytest.fail("retrained"))
     assert main([*SMOKE, "--out", str(out)]) == 0
     assert "(done before)" in capsys.readouterr().out
 
@@ -69,20 +78,12 @@ def test_a_two_run_smoke_reproduction(tmp_path, capsys, monkeypatch):
     "argv, message",
     [
         (["reproduce", "orq", "--methods", "orq-4"], "unknown method 'orq-4'; choose from"),
-        (["reproduce", "orq", "--workers", "2", "4"], "one worker count"),
-        (
-            ["reproduce", "lenet", "--seeds", "2"],
-            "--seeds: only for terngrad reproduce orq or transformer, not lenet",
-        ),
-        (
-            ["reproduce", "orq", "--full-precision-steps", "5"],
-            "--full-precision-steps: only for terngrad reproduce transformer, not orq",
-        ),
-        (
-            ["reproduce", "transformer", "--no-algorithm2"],
-            "--no-algorithm2: only for terngrad reproduce orq, not transformer",
-        ),
-        (["reproduce", "orq", "--methods", "orq-5", "orq-5"], "named once"),
+        (["reproduce", "orq", "--methods", "terngrad-ef"], "not a method of this comparison"),
+        (["reproduce", "orq", "--workers", "2", "4"], "unrecognized arguments: 4"),
+        (["reproduce", "lenet", "--seeds", "2"], "unrecognized arguments: --seeds"),
+        (["reproduce", "orq", "--full-precision-steps", "5"], "unrecognized arguments"),
+        (["reproduce", "transformer", "--no-algorithm2"], "unrecognized arguments"),
+        (["reproduce", "orq", "--methods", "orq-5", "orq-5"], "methods given twice: orq-5"),
     ],
 )
 def test_bad_reproductions_are_one_line(capsys, argv, message):

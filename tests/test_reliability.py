@@ -148,16 +148,16 @@ BAD_VALUES = [
     (["--weight-decay", "-1"], "argument --weight-decay: expected a finite number >= 0"),
     (["--lr-power", "inf"], "argument --lr-power: expected a positive finite number"),
     (["--clip", "2", "--no-clip"], "give --clip or --no-clip, not both"),
-    (["--warmup-steps", "5", "--warmup-epochs", "1"], "not allowed with argument --warmup-steps"),
+    (["--warmup-steps", "5", "--warmup-epochs", "1"], "give warmup-steps or warmup-epochs, not"),
     (["--warmup-epochs", "inf"], "argument --warmup-epochs: expected a finite number >= 0"),
     (["--aggregate", "coherent"], "terngrad has no such levels (its grid is shared already"),
     (["--dropout", "-1"], "argument --dropout: expected a number from 0 up to"),
     (["--dropout", "1.5"], "argument --dropout: expected a number from 0 up to"),
     (["--dropout", "inf"], "argument --dropout: expected a number from 0 up to"),
     (["--dropout", "nan"], "argument --dropout: expected a number from 0 up to"),
-    (["--seed", "1" * 31], "seed must be an integer from -2**63 to 2**63 - 1"),
-    (["--timeout", "inf"], "argument --timeout: expected a positive finite number, got inf"),
-    (["--timeout", "1e30"], "timeout must be a positive number of seconds, at most 31536000"),
+    (["--seed", "1" * 31], "argument --seed: expected an integer from -2**63 to 2**63 - 1"),
+    (["--timeout", "inf"], "argument --timeout: expected a positive number of seconds, at most"),
+    (["--timeout", "1e30"], "argument --timeout: expected a positive number of seconds, at most"),
     (["--kernels", "triton"], "--kernels triton runs on CUDA tensors"),
     (["--policy", "auto", "--quantizer", "linear"], "policy 'auto' predicts the exchange"),
     (["--rdzv-endpoint", "foo:bar"], "--rdzv-endpoint 'foo:bar' is not HOST:PORT"),
@@ -177,12 +177,12 @@ def test_bad_values_are_refused_before_any_worker_starts(tmp_path, capsys, monke
     """Exit status 2, one line, no worker started, nothing written."""
     from torch.distributed import run as torchrun
 
-    from terngrad.train import trainer
+    from terngrad.train import launch
 
     def started(*args, **kwargs):
         raise AssertionError("a worker was started")
 
-    monkeypatch.setattr(trainer, "_spawn", started)
+    monkeypatch.setattr(launch, "_spawn", started)
     monkeypatch.setattr(torchrun, "main", started)
     out = tmp_path / "x"
     with pytest.raises(SystemExit) as exc:
@@ -195,7 +195,7 @@ def test_bad_values_are_refused_before_any_worker_starts(tmp_path, capsys, monke
 
 def test_bad_values_are_refused_by_the_python_api_too():
     from terngrad.ddp import Options
-    from terngrad.train.trainer import TrainConfig
+    from terngrad.train.config import TrainConfig
 
     for field, value in [("lr", math.inf), ("lr", math.nan), ("momentum", -1.0),
                          ("weight_decay", math.inf), ("lr_power", math.inf), ("dropout", 1.5),
@@ -209,7 +209,7 @@ def test_bad_values_are_refused_by_the_python_api_too():
 
 def test_model_scale_refuses_infinite_speeds(capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["model", "scale", "--gpu-tflops", "inf"])
+        main(["perf-model", "scale", "--gpu-tflops", "inf"])
     assert exc.value.code == 2
     assert "argument --gpu-tflops: expected a positive finite number, got inf" in (
         capsys.readouterr().err
@@ -265,11 +265,11 @@ def test_resuming_an_older_checkpoint_into_a_newer_run_is_refused(tmp_path, caps
 
 
 def test_a_record_cut_short_by_a_crash_is_dropped_on_resume(tmp_path):
-    from terngrad.train.trainer import _truncate_metrics
+    from terngrad.train.outputs import truncate_metrics
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 2, "loss": 1.0}\n{"step": 4, "loss": 0.9}\n{"step": 6, "lo')
-    _truncate_metrics(path, 4)
+    truncate_metrics(path, 4)
     assert path.read_text() == '{"step": 2, "loss": 1.0}\n{"step": 4, "loss": 0.9}\n'
 
 
@@ -352,7 +352,7 @@ def test_the_advice_for_a_damaged_checkpoint_works(tmp_path, capsys, finished_ru
 def test_a_stopped_worker_ends_the_run_soon_after_the_timeout(tmp_path):
     """SIGSTOP one worker: the other fails within --timeout, and the launcher kills the stopped
     one (it takes no SIGTERM) and exits within seconds, not after torch's 30 s."""
-    from terngrad.train.trainer import STOP_GRACE
+    from terngrad.train.launch import STOP_GRACE
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     out = tmp_path / "run"

@@ -179,7 +179,8 @@ def test_study_command_and_checkpoint(tmp_path, capsys):
     assert "terngrad study --model mlp" in (tmp_path / "a" / "report.md").read_text()
     # a checkpoint as terngrad train writes it
     from terngrad.train import checkpoints, data, models
-    from terngrad.train.trainer import CHECKPOINT_FORMAT, TrainConfig
+    from terngrad.train.checkpoints import FORMAT as CHECKPOINT_FORMAT
+    from terngrad.train.config import TrainConfig
 
     ds = data.load("synthetic", None, synthetic_shape=models.default_input_shape("mlp"),
                    synthetic_classes=10, seed=0)  # fmt: skip
@@ -206,7 +207,7 @@ def test_study_command_and_checkpoint(tmp_path, capsys):
     assert exc.value.code == 2 and "does not fit lenet" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         main(["study", "--methods", "topk", "--out", str(tmp_path / "c")])
-    assert exc.value.code == 2 and "unknown study methods" in capsys.readouterr().err
+    assert exc.value.code == 2 and "unknown method 'topk'" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()  # nothing written for bad input
     saved = json.loads((tmp_path / "b" / "study.json").read_text())
     assert math.isfinite(saved["steps"][0]["loss"])
@@ -216,7 +217,9 @@ def test_study_from_checkpoint_goes_on_with_the_runs_optimizer(tmp_path, monkeyp
     """An AdamW run's checkpoint: the study trains on with AdamW, its moments and its
     scheduled learning rate (not SGD at 0.01); --lr replaces only the rate."""
     from terngrad.train import checkpoints, data, models
-    from terngrad.train.trainer import CHECKPOINT_FORMAT, TrainConfig, make_optimizer
+    from terngrad.train.checkpoints import FORMAT as CHECKPOINT_FORMAT
+    from terngrad.train.config import TrainConfig
+    from terngrad.train.setup import make_optimizer
 
     ds = data.load("synthetic", None, synthetic_shape=models.default_input_shape("mlp"),
                    synthetic_classes=10, seed=0)  # fmt: skip

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from terngrad.cli import main
+from terngrad.comm import Options
 from terngrad.train import checkpoints
-from terngrad.train.trainer import TrainConfig
+from terngrad.train.config import TrainConfig
 
 ARGS = ["train", "--model", "lenet", "--dataset", "mnist", "--workers", "2", "--quiet",
         "--total-batch-size", "32", "--eval-every", "2"]  # fmt: skip
@@ -84,8 +85,11 @@ def test_unwritable_out(tmp_path, capsys):
 
 
 def test_config_validation():
-    with pytest.raises(ValueError, match="exactly one of batch-size"):
-        TrainConfig(out="x", batch_size=None, total_batch_size=None)
+    with pytest.raises(ValueError, match="one of batch-size .* and total-batch-size, not both"):
+        TrainConfig(out="x", batch_size=8, total_batch_size=64)
+    assert TrainConfig(out="x").batch_size == 64  # neither: 64 a worker, said once
+    with pytest.raises(ValueError, match="a run's seed and timeout are its own"):
+        TrainConfig(out="x", exchange=Options(seed=3))
     with pytest.raises(ValueError, match="unknown optimizer"):
         TrainConfig(out="x", optimizer="lbfgs")
     cfg = TrainConfig(out="x", total_batch_size=64, batch_size=None, workers=4)
@@ -119,7 +123,7 @@ def test_batch_size_and_total_batch_size_together_are_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main([*ARGS, "--batch-size", "8", "--steps", "2", "--out", str(tmp_path / "x")])
     assert exc.value.code == 2
-    assert "exactly one of batch-size" in capsys.readouterr().err
+    assert "give one of batch-size (per worker) and total-batch-size" in capsys.readouterr().err
 
 
 def test_the_config_embeds_the_exchange_options_and_reads_the_flat_layout_of_0_1():
@@ -131,7 +135,8 @@ def test_the_config_embeds_the_exchange_options_and_reads_the_flat_layout_of_0_1
         (Path(__file__).parent.parent / "docs/results/lenet/terngrad-2w/summary.json").read_text()
     )["config"]  # written by terngrad 0.1: the exchange's options beside the run's
     cfg = TrainConfig.from_dict(saved)
-    assert cfg.exchange == Options(quantize_last=True, min_numel=0, timeout=300.0)
+    assert cfg.exchange == Options(quantize_last=True, min_numel=0)
+    assert (cfg.seed, cfg.timeout) == (0, 300.0)  # the run's own, read from the exchange's
     assert (cfg.lr, cfg.total_batch_size, cfg.steps) == (0.01, 64, 10000)
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg
     assert cfg.to_dict()["exchange"]["quantize_last"] is True
@@ -146,7 +151,12 @@ def test_the_config_embeds_the_exchange_options_and_reads_the_flat_layout_of_0_1
         "weight_decay=0.0 instead of 0.0005",
         "workers=4 instead of 2",
     ]
-    assert TrainConfig(out="x", exchange=Options()).exchange.timeout == 300.0
+    assert TrainConfig(out="x", exchange=Options()).hook_options.timeout == 300.0
+    old = {**cfg.to_dict(), "exchange": {**cfg.to_dict()["exchange"], "seed": 7, "timeout": 60}}
+    del old["seed"], old["timeout"]  # as 0.3 wrote them: in the exchange's options
+    moved = TrainConfig.from_dict(old)
+    assert (moved.seed, moved.timeout, moved.exchange.seed) == (7, 60, 0)
+    assert moved.hook_options.seed == 7 and "seed" not in moved.to_dict()["exchange"]
 
 
 @pytest.mark.parametrize(
@@ -155,7 +165,7 @@ def test_the_config_embeds_the_exchange_options_and_reads_the_flat_layout_of_0_1
         (["--topology", "ring"], "unknown topology 'ring'; choose one of: sharded, ps, allgather"),
         (["--clip", "2", "--no-clip"], "give --clip or --no-clip, not both"),
         (["--quantizer", "linear", "--policy", "auto"], "policy 'auto' predicts"),
-        (["--seed", "1" + "0" * 30], "seed must be an integer from -2**63 to 2**63 - 1"),
+        (["--seed", "1" + "0" * 30], "expected an integer from -2**63 to 2**63 - 1"),
         (["--levels", "3"], "quantizer 'terngrad' has no option 'levels'"),
     ],
 )

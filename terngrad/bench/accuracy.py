@@ -2,12 +2,13 @@
 cluster, every method trained in turn — the TernGrad paper's claim (the same accuracy in less
 time), measured end to end rather than as accuracy and step time apart.
 
-The testbed of :mod:`terngrad.bench.network` (one network namespace per rank, links shaped with
-``tc tbf``) is built once; in it each method runs the trainer as it is
-(:mod:`terngrad.train.trainer`: real data, evaluations, checkpoints), its ranks started in their
-namespaces (``python -m terngrad.train.trainer``, environment rendezvous over the shaped links).
-The methods are those of :mod:`terngrad.bench.methods`: PyTorch's own (``fp32``, ``fp16``,
-``powersgd``) as :mod:`terngrad.train.baselines` sets them up, and terngrad's hook.
+A comparison (:class:`AccuracyComparison`) over the runner of :mod:`terngrad.train.comparison`:
+the testbed of :mod:`terngrad.bench.testbed` (one network namespace per rank, links shaped with
+``tc tbf``) is built once; in it each method trains as ``terngrad train`` does (real data,
+evaluations, checkpoints), its ranks started in their namespaces (``python -m
+terngrad.train.launch``, environment rendezvous over the shaped links). The methods are those of
+:data:`terngrad.train.methods.METHODS`: PyTorch's own (``fp32``, ``fp16``, ``powersgd``) and
+terngrad's hook, every one under the run's ``quantize_last`` and ``min_numel``.
 
 Per method, from the trainer's evaluations (``metrics.jsonl``):
 
@@ -26,52 +27,109 @@ predicted step time*; the report sets it beside the measurement.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from terngrad.bench import methods as bench_methods
-from terngrad.bench import network
+from terngrad.bench import testbed
 from terngrad.train import data as datasets
-from terngrad.train import models, run_folder, trainer
-from terngrad.train.trainer import PER_NODE, TrainConfig
+from terngrad.train import methods, models, outputs, run_folder
+from terngrad.train.comparison import Comparison, Echo, Run, Train
+from terngrad.train.config import TrainConfig
+from terngrad.train.launch import check_data, check_launch, warm_up_kernels
 from terngrad.util.files import atomic_write, atomic_write_text
 
-DEFAULT_METHODS = ("fp32", "fp16", "powersgd", "terngrad", "terngrad-ps", "qsgd", "orq")
-PORT = network.PORT + 1  # method i rendezvous at PORT + i: no port reused within one testbed
+DEFAULT_METHODS = ("fp32", "fp16", "powersgd", "terngrad", "terngrad-ps", "qsgd-5", "orq-5")
+PORT = testbed.PORT + 1  # method i rendezvous at PORT + i: no port reused within one testbed
 
 
 @dataclass(frozen=True)
-class Plan:
-    """One comparison: ``base`` (model, data, optimiser, steps; its ``out`` the folder of the
-    whole comparison), the ``methods`` in order, the links' ``bandwidth``, the ``target`` test
-    accuracy (a fraction), seconds each method may take, the namespaces' prefix, and optionally
-    the two ``bench network`` results the model predicts from."""
+class AccuracyComparison(Comparison):
+    """One comparison: ``base`` (model, data, optimiser, steps, which tensors the hook keeps in
+    full precision; its ``out`` the folder of the whole comparison), the ``methods`` in order,
+    the links' ``bandwidth``, the ``target`` test accuracy (a fraction), seconds each method
+    may take, the namespaces' prefix, and optionally the two ``bench network`` results the
+    model predicts from."""
 
     base: TrainConfig
     methods: tuple[str, ...]
     bandwidth: str
     target: float
-    timeout: float = 3600.0
-    prefix: str = network.PREFIX
+    time_limit: float = 3600.0
+    prefix: str = testbed.PREFIX
     predict_with: tuple[str, str] | None = None
+    title = "terngrad bench accuracy"
 
-    def config(self, name: str) -> TrainConfig:
-        """The trainer's configuration of method ``name``, in its own sub-folder."""
-        spec = bench_methods.method(name)
-        out = str(Path(self.base.out) / name)
-        if spec.builtin is not None:
-            return replace(self.base, out=out, baseline=spec.builtin)
+    def plan(self) -> list[Run]:
+        _check_target(self.target)
         x = self.base.exchange
-        exchange = x.replace(
-            quantizer=spec.quantizer,
-            topology=spec.topology,
-            quantizer_options={**x.quantizer_options, **spec.options},
+        protocol = {"quantize_last": x.quantize_last, "min_numel": x.min_numel}
+        return [
+            Run(
+                m.name,
+                m.configure(self.base, str(Path(self.base.out) / m.name), protocol),
+                f"{m.name} ({m.label})",
+            )
+            for m in methods.select(self.methods)
+        ]
+
+    def check(self, runs: list[Run]) -> None:
+        """Every check that needs nothing built: methods, target, rate, ranks, root, data, the
+        model's inputs; ``ValueError`` with one line for the first that fails."""
+        testbed.rate_bits(self.bandwidth)
+        testbed.Testbed(self.base.workers, self.bandwidth, self.prefix)  # 2 to 8 ranks
+        try:
+            testbed.check_host()
+        except testbed.TestbedUnavailable as exc:
+            raise ValueError(f"--bandwidth {self.bandwidth}: {exc}") from None
+        if self.predict_with is not None:
+            _step_predictions(self)  # unreadable or mismatched results fail now
+        check_data(self.base)  # a missing data set or a too large batch fails here, once
+        for r in runs:
+            check_launch(r.config)
+            run_folder.prepare_out(r.config)  # an unwritable folder or another run's files
+
+    @contextlib.contextmanager
+    def session(self, runs: list[Run], echo: Echo) -> Iterator[Train]:
+        """The testbed, built once; each run trains in it, its folder held while it does."""
+        warm_up_kernels([r.config for r in runs])  # compiled once, loaded by every rank
+        base = self.base
+        echo(
+            f"building {base.workers} namespaces with {self.bandwidth} links; {base.model} on "
+            f"{base.dataset}, {len(runs)} methods x {base.steps} steps, target "
+            f"{100 * self.target:g}% ..."
         )
-        return replace(self.base, out=out, baseline=None, exchange=exchange)
+        ports = {r.method: PORT + i for i, r in enumerate(runs)}
+        with (
+            run_folder.claim(Path(base.out)),
+            testbed.Testbed(base.workers, self.bandwidth, self.prefix) as bed,
+        ):
+
+            def train(r: Run) -> dict[str, Any]:
+                echo(f"== {r.label}: {r.config.steps} steps")
+                with run_folder.claim(Path(r.config.out)):
+                    run_folder.prepare_out(r.config)  # again, now that no other run can
+                    run_folder.remove_leftovers(Path(r.config.out))
+                    _train(bed, r.config, ports[r.method], self.time_limit,
+                           lambda m, n=r.method: echo(_progress(n, m)))  # fmt: skip
+                return json.loads((Path(r.config.out) / outputs.SUMMARY).read_text())
+
+            yield train
+
+    def describe(self, summary: dict[str, Any]) -> str:
+        row = _method_row("", TrainConfig.from_dict(summary["config"]), summary, self.target)
+        return _line(row)
+
+    def report(self, runs: list[Run], summaries: list[dict[str, Any]], out: Path) -> str:
+        results = summarise(self, runs)
+        atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
+        text = markdown(results)
+        atomic_write_text(out / "results.md", text)
+        plot(results, out / "time-to-accuracy.png")
+        return text
 
 
 def _check_target(target: float) -> None:
@@ -82,131 +140,25 @@ def _check_target(target: float) -> None:
         )
 
 
-def check(plan: Plan) -> list[tuple[str, TrainConfig]]:
-    """Every check that needs nothing built: methods, target, rate, ranks, root, data, the
-    model's inputs; ``ValueError`` with one line for the first that fails."""
-    if not plan.methods:
-        raise ValueError("give at least one method")
-    for name in plan.methods:
-        bench_methods.method(name)  # unknown: ValueError naming the choices
-    repeated = sorted({m for m in plan.methods if plan.methods.count(m) > 1})
-    if repeated:
-        raise ValueError(f"methods given twice: {', '.join(repeated)}")
-    _check_target(plan.target)
-    network.rate_bits(plan.bandwidth)
-    network.Testbed(plan.base.workers, plan.bandwidth, plan.prefix)  # 2 to 8 ranks
-    try:
-        network.check_host()
-    except network.TestbedUnavailable as exc:
-        raise ValueError(f"--bandwidth {plan.bandwidth}: {exc}") from None
-    if plan.predict_with is not None:
-        _step_predictions(plan)  # unreadable or mismatched results fail now
-    trainer.check_data(plan.base)  # a missing data set or a too large batch fails here, once
-    runs = [(name, plan.config(name)) for name in plan.methods]
-    for _, cfg in runs:
-        trainer.check_launch(cfg)
-        trainer.prepare_out(cfg)  # an unwritable folder or another run's files fail here
-    return runs
-
-
-def run(plan: Plan, echo=print) -> dict[str, Any]:
-    """Train every method of ``plan`` in one testbed, then write ``results.json``,
-    ``results.md`` and ``time-to-accuracy.png`` into ``plan.base.out``; returns the results.
-    A method that stopped part-way resumes from its newest checkpoint when run again."""
-    from terngrad import kernels
-    from terngrad.quantize.levels import LevelQuantizer
-
-    runs = check(plan)
-    levels = any(isinstance(c.exchange.make_quantizer(), LevelQuantizer) for _, c in runs)
-    kernels.warm_up(levels=levels)  # compiled once here, loaded from the cache by every rank
-    out, base = Path(plan.base.out), plan.base
-    echo(
-        f"building {base.workers} namespaces with {plan.bandwidth} links; {base.model} on "
-        f"{base.dataset}, {len(plan.methods)} methods x {base.steps} steps, target "
-        f"{100 * plan.target:g}% ..."
-    )
-    with run_folder.claim(out), network.Testbed(base.workers, plan.bandwidth, plan.prefix) as bed:
-        for i, (name, cfg) in enumerate(runs):
-            echo(f"== {name} ({bench_methods.METHODS[name].label}): {cfg.steps} steps")
-            started = time.perf_counter()
-            with run_folder.claim(Path(cfg.out)):
-                trainer.prepare_out(cfg)  # again, now that no other run can change the folder
-                run_folder.remove_leftovers(Path(cfg.out))
-                on_eval = lambda m, n=name: echo(_progress(n, m))  # noqa: E731
-                _train(bed, cfg, PORT + i, plan.timeout, on_eval)
-            summary = json.loads((Path(cfg.out) / "summary.json").read_text())
-            echo(f"   {name} done in {time.perf_counter() - started:.0f} s: " + _line(
-                _method_row(name, cfg, summary, plan.target)
-            ))  # fmt: skip
-    results = summarise(plan, runs)
-    atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
-    atomic_write_text(out / "results.md", markdown(results))
-    plot(results, out / "time-to-accuracy.png")
-    return results
-
-
-def report(plan: Plan) -> dict[str, Any]:
-    """Write the results of methods already trained into ``plan.base.out`` again (for another
-    target, say) without building anything; ``ValueError`` if one has not finished, or was
-    trained with other settings."""
-    _check_target(plan.target)
-    runs = [(name, plan.config(name)) for name in plan.methods]
-    with run_folder.claim(Path(plan.base.out)):
-        return _report(plan, runs)
-
-
-def _report(plan: Plan, runs: list[tuple[str, TrainConfig]]) -> dict[str, Any]:
-    for name, cfg in runs:
-        path = Path(cfg.out) / "summary.json"
-        if not path.exists():
-            raise ValueError(f"{name} has not finished in {cfg.out}: train it first")
-        saved = TrainConfig.from_dict(json.loads(path.read_text())["config"])
-        differing = cfg.diff(saved, ignore=PER_NODE)  # a finished run may be moved
-        if differing:
-            raise ValueError(
-                f"{cfg.out} was trained with other settings ({'; '.join(differing)}): report "
-                "with the settings it was trained with"
-            )
-    out = Path(plan.base.out)
-    results = summarise(plan, runs)
-    atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
-    atomic_write_text(out / "results.md", markdown(results))
-    plot(results, out / "time-to-accuracy.png")
-    return results
-
-
-def _train(bed: network.Testbed, cfg: TrainConfig, port: int, timeout: float, on_eval) -> None:
+def _train(bed: testbed.Testbed, cfg: TrainConfig, port: int, limit: float, on_eval) -> None:
     """One method: its ranks in their namespaces, until they finish; ``on_eval(record)`` for
     each new evaluation; ``BenchFailed`` (with the logs' folder) if a rank fails."""
     out = Path(cfg.out)
-    config_file = trainer.write_run_config(cfg)
-    metrics = out / "metrics.jsonl"
-    seen = len(_records(metrics))
+    config_file = run_folder.write_run_config(cfg)
+    metrics = out / outputs.METRICS
+    seen = len(outputs.read_metrics(metrics))
 
     def tick() -> None:
         nonlocal seen
-        records = _records(metrics)
+        records = outputs.read_metrics(metrics)
         for record in records[seen:]:
             on_eval(record)
         seen = max(seen, len(records))
 
-    bed.run([str(config_file)], out, timeout, "terngrad.train.trainer", port, tick)
+    bed.run([str(config_file)], out, limit, "terngrad.train.launch", port, tick)
     tick()
-    if not (out / "summary.json").exists():
-        raise network.BenchFailed(f"rank 0 wrote no summary; the ranks' logs: {out}/rank*.log")
-
-
-def _records(path: Path) -> list[dict[str, Any]]:
-    """The evaluations written so far (a line being written is skipped until complete)."""
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return records
+    if not (out / outputs.SUMMARY).exists():
+        raise testbed.BenchFailed(f"rank 0 wrote no summary; the ranks' logs: {out}/rank*.log")
 
 
 def _progress(name: str, record: dict[str, Any]) -> str:
@@ -233,10 +185,10 @@ def time_to_target(curve: Sequence[dict[str, Any]], target: float) -> dict[str, 
 
 
 def _method_row(name: str, cfg: TrainConfig, summary: dict, target: float) -> dict[str, Any]:
-    curve = _records(Path(cfg.out) / "metrics.jsonl")
+    curve = outputs.read_metrics(Path(cfg.out) / outputs.METRICS)
     return {
         "method": name,
-        "label": bench_methods.METHODS[name].label,
+        "label": methods.get(name).label if name else "",
         "reached": time_to_target(curve, target),
         "final_accuracy": summary["accuracy"],
         "best_accuracy": summary["best_accuracy"],
@@ -266,10 +218,10 @@ def _mb(nbytes: float | None) -> str:
     return f"{nbytes / 1e6:.3f}" if nbytes is not None else "-"
 
 
-def _step_predictions(plan: Plan) -> dict[str, Any]:
+def _step_predictions(plan: AccuracyComparison) -> dict[str, Any]:
     """The model's step time per method, from ``plan.predict_with`` (unshaped run to calibrate,
     the run at this bandwidth to predict), and what the model took from them."""
-    from terngrad.bench import model
+    from terngrad.bench import perf_model as model
 
     assert plan.predict_with is not None
     unshaped, shaped = (model.load_summary(p) for p in plan.predict_with)
@@ -321,13 +273,13 @@ def _step_predictions(plan: Plan) -> dict[str, Any]:
     }
 
 
-def summarise(plan: Plan, runs: list[tuple[str, TrainConfig]]) -> dict[str, Any]:
+def summarise(plan: AccuracyComparison, runs: list[Run]) -> dict[str, Any]:
     """Every method's row, the speedups to target against fp32 and fp16, and the model's
     predictions where asked for."""
     rows = []
-    for name, cfg in runs:
-        summary = json.loads((Path(cfg.out) / "summary.json").read_text())
-        rows.append(_method_row(name, cfg, summary, plan.target))
+    for r in runs:
+        summary = json.loads((Path(r.config.out) / outputs.SUMMARY).read_text())
+        rows.append(_method_row(r.method, r.config, summary, plan.target))
     prediction = _step_predictions(plan) if plan.predict_with else None
     by_name = {r["method"]: r for r in rows}
     for row in rows:
@@ -359,7 +311,7 @@ def summarise(plan: Plan, runs: list[tuple[str, TrainConfig]]) -> dict[str, Any]
             "batch_size_per_worker": base.worker_batch,
             "steps": base.steps,
             "eval_every": base.eval_every,
-            "seed": base.exchange.seed,
+            "seed": base.seed,
             "quantize_last": base.exchange.quantize_last,
             "min_numel": base.exchange.min_numel,
         },

@@ -23,25 +23,21 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from terngrad import quantize
+from terngrad.train import methods as table
 
-#: label -> (quantizer name, options): the issue's list
-METHODS: dict[str, tuple[str, dict]] = {
-    "fp16": ("fp16", {}),
-    "terngrad": ("terngrad", {}),
-    "terngrad-noclip": ("terngrad", {"clip": None}),
-    "terngrad-b512": ("terngrad", {"bucket_size": 512}),
-    **{f"{q}-{s}": (q, {"levels": s}) for q in ("qsgd", "linear", "orq") for s in (3, 5, 9)},
-    "bingrad-b": ("bingrad-b", {}),
-    "bingrad-pb": ("bingrad-pb", {}),
-    "signsgd": ("signsgd", {}),
-}
+#: the methods compared by default (names of :data:`terngrad.train.methods.METHODS`)
+METHODS = (
+    "fp16", "terngrad", "terngrad-noclip", "terngrad-b512",
+    *(f"{q}-{s}" for q in ("qsgd", "linear", "orq") for s in (3, 5, 9)),
+    "bingrad-b", "bingrad-pb", "signsgd",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -229,15 +225,18 @@ def tensor_kinds(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, list[str]]:
     return kinds
 
 
-def check_methods(methods: Iterable[str]) -> dict[str, tuple[str, dict]]:
-    """The catalogue entries of ``methods``; ``ValueError`` naming the choices otherwise."""
-    methods = list(methods)
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        raise ValueError(
-            f"unknown study methods {unknown or '(none given)'}; choose from: {', '.join(METHODS)}"
-        )
-    return {m: METHODS[m] for m in methods}
+def check_methods(names: Iterable[str]) -> dict[str, tuple[str, dict]]:
+    """What each method of ``names`` does to one tensor: name -> (quantizer, its options);
+    ``ValueError`` naming the choices for an unknown method or one that is not a quantizer."""
+    catalogue = {}
+    for m in table.select(names):
+        q = m.quantizer()
+        if q is None:
+            raise ValueError(
+                f"{m.name} ({m.label}) is not a quantizer: the study cannot measure it"
+            )
+        catalogue[m.name] = (q.name, q.options)
+    return catalogue
 
 
 def study(
@@ -247,7 +246,7 @@ def study(
     *,
     steps: int,
     capture_at: Sequence[int] | None = None,
-    methods: Iterable[str] = tuple(METHODS),
+    methods: Iterable[str] = METHODS,
     draws: int = 16,
     optimizer: torch.optim.Optimizer | None = None,
     title: str = "model",
@@ -257,7 +256,8 @@ def study(
     """Train ``model`` for ``steps`` steps on ``batches`` (pairs of inputs and targets) with
     ``optimizer`` (default: SGD, lr 0.01, momentum 0.9), keep the gradients at the steps in
     ``capture_at`` (default: five evenly spaced from 0 to ``steps``), and measure every method
-    of ``methods`` (names from :data:`METHODS`) on them with ``draws`` draws each."""
+    of ``methods`` (names of :data:`terngrad.train.methods.METHODS`) on them with ``draws``
+    draws each."""
     catalogue = check_methods(methods)
     if not (isinstance(steps, int) and steps >= 0):
         raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
@@ -316,3 +316,53 @@ def clip_effect(grad: torch.Tensor, c: float = 2.5) -> tuple[float, float, float
         return sigma, share, 90.0 if float(g.norm()) > 0 else 0.0
     cos = float(clipped @ g) / norms
     return sigma, share, math.degrees(math.acos(max(-1.0, min(1.0, cos))))
+
+
+@dataclass
+class Setup:
+    """What :func:`study` trains: the model, its optimizer, the batches and the report's title."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    batches: Iterator[tuple[torch.Tensor, torch.Tensor]]
+    title: str
+
+
+def setup(
+    model: str | None = None, dataset: str | None = None, data_dir: str | None = None,
+    from_checkpoint: str | None = None, batch_size: int = 64, steps: int = 200,
+    lr: float | None = None, seed: int = 0,
+) -> Setup:  # fmt: skip
+    """A model to study, fresh (``model``, default LeNet, on ``dataset``, default its own; SGD
+    with momentum 0.9 at ``lr``, default 0.01) or as a ``terngrad train`` checkpoint left it
+    (``from_checkpoint``: its model, data set and its own optimizer with its saved state; ``lr``
+    replaces only the rate); ``steps + 1`` batches of ``batch_size`` from ``seed``."""
+    from terngrad.train import data
+    from terngrad.train.config import TrainConfig
+    from terngrad.train.setup import load_data, restore
+
+    if from_checkpoint is not None:
+        run = restore(from_checkpoint, data_dir=data_dir, dataset=dataset, seed=seed)
+        if model and model != run.config.model:
+            raise ValueError(
+                f"--model {model} does not match the checkpoint's model {run.config.model} "
+                "(leave --model out with --from-checkpoint)"
+            )
+        net, optimizer, ds, cfg = run.model, run.optimizer, run.data, run.config
+        if lr is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+        title = f"{cfg.model} on {cfg.dataset} (from a checkpoint)"
+    else:
+        cfg = TrainConfig(out="-", model=model or "lenet", dataset=dataset, data_dir=data_dir)
+        ds = load_data(cfg, seed=seed)
+        torch.manual_seed(seed)
+        from terngrad.train import models
+
+        net = models.build(cfg.model, ds.input_shape, ds.num_classes)
+        optimizer = torch.optim.SGD(net.parameters(), lr=lr or 0.01, momentum=0.9)
+        title = f"{cfg.model} on {cfg.dataset}"
+    sampler = data.ShardSampler(ds.train_size, 0, 1, batch_size, seed)
+    gen = torch.Generator().manual_seed(seed)
+    batches = (ds.train_batch(sampler.batch(s), gen) for s in range(steps + 1))
+    return Setup(net, optimizer, batches, title)

@@ -27,12 +27,14 @@ from terngrad.comm.exchange import AGGREGATES, TOPOLOGIES
 from terngrad.kernels import KERNELS
 from terngrad.quantize import LevelQuantizer, Quantizer, SymmetricGrid
 from terngrad.util.differences import differences
+from terngrad.util.settings import INT64, NON_NEGATIVE_INT, Range, check_settings, setting
 
 #: tensors with fewer elements stay in full precision by default
 MIN_NUMEL = 1024
 POLICIES = ("quantize", "auto")
 #: the longest wait a collective may be given (a year): past it, timeouts overflow
 MAX_TIMEOUT = 365 * 24 * 3600.0
+_X = "exchange"  # the settings' group: the command line's option group
 
 #: named settings (:meth:`Options.preset`, ``--preset``), each from a measured comparison:
 #:
@@ -83,18 +85,36 @@ class Options:
       :class:`~terngrad.comm.CollectiveFailed` (``None``: the default group's).
     """
 
-    quantizer: str = "terngrad"
+    quantizer: str = setting("terngrad", "a name from quantize.names()", _X, metavar="NAME")
     quantizer_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
-    topology: str = "sharded"
-    kernels: str = "auto"
-    policy: str = "quantize"
-    error_feedback: bool = False
-    quantize_last: bool = False
-    min_numel: int = MIN_NUMEL
-    aggregate: str = "requantize"
-    full_precision_steps: int = 0
-    seed: int = 0
-    timeout: float | None = None
+    topology: str = setting("sharded", "sharded, ps or allgather", _X, metavar="NAME")
+    kernels: str = setting(
+        "auto", "encode/decode kernels: auto, numba, triton or torch (the reference)", _X,
+        metavar="NAME",
+    )  # fmt: skip
+    policy: str = setting(
+        "quantize", "quantize, or auto: quantize only the DDP buckets where it is predicted "
+        "to be faster", _X, metavar="NAME",
+    )  # fmt: skip
+    error_feedback: bool = setting(False, "worker-side error feedback", _X)
+    quantize_last: bool = setting(False, "quantize the last layer too (default: full "
+                                  "precision)", _X)  # fmt: skip
+    min_numel: int = setting(MIN_NUMEL, "tensors with fewer elements stay full precision", _X,
+                             NON_NEGATIVE_INT)  # fmt: skip
+    aggregate: str = setting(
+        "requantize", "how aggregates off the shared grid travel: requantize, fp16 or coherent "
+        "(levels agreed by all ranks, the ORQ paper's Algorithm 2 option a)", _X, metavar="NAME",
+    )  # fmt: skip
+    full_precision_steps: int = setting(
+        0, "average in full precision for the first K steps, then quantize", _X,
+        NON_NEGATIVE_INT, metavar="K",
+    )  # fmt: skip
+    seed: int = setting(0, "seed of every random draw of the exchange", _X, INT64)
+    timeout: float | None = setting(
+        None, "seconds a collective may wait for a dead or stuck rank", _X,
+        Range(float, lambda v: 0 < v <= MAX_TIMEOUT, "a positive number of seconds, at most "
+              f"{MAX_TIMEOUT:.0f} (a year)"),
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         if not isinstance(self.quantizer, str):
@@ -130,19 +150,7 @@ class Options:
         for name in ("error_feedback", "quantize_last"):
             if not isinstance(getattr(self, name), bool):
                 _fail(f"{name} must be True or False, got {getattr(self, name)!r}")
-        for name in ("min_numel", "full_precision_steps"):
-            if not _is_int(getattr(self, name)) or getattr(self, name) < 0:
-                _fail(f"{name} must be a non-negative integer, got {getattr(self, name)!r}")
-        if not _is_int(self.seed) or not -(2**63) <= self.seed < 2**63:
-            _fail(f"seed must be an integer from -2**63 to 2**63 - 1, got {self.seed!r}")
-        t = self.timeout
-        if t is not None and not (
-            isinstance(t, int | float) and not isinstance(t, bool) and 0 < t <= MAX_TIMEOUT
-        ):
-            _fail(
-                "timeout must be a positive number of seconds, at most "
-                f"{MAX_TIMEOUT:.0f} (a year), or None; got {t!r}"
-            )
+        check_settings(self)  # min_numel, full_precision_steps, seed, timeout
 
     @classmethod
     def preset(cls, name: str, **settings: Any) -> Options:
@@ -227,7 +235,3 @@ def _caller_level() -> int:
     while frame is not None and frame.f_globals.get("__name__", "").startswith("terngrad"):
         frame, level = frame.f_back, level + 1
     return level
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,11 +1,18 @@
-"""Checkpoint files that are whole, or refused with the reason.
+"""Checkpoints: files that are whole, or refused with the reason, and what a training run keeps
+in them.
 
-A checkpoint is ``checkpoint-<step, 8 digits>.pt`` in the run's folder: the 16-byte magic
+The file: a checkpoint is ``checkpoint-<step, 8 digits>.pt`` in the run's folder: the 16-byte magic
 ``TERNGRAD-CKPT-1\\n``, the SHA-256 of the rest, then what ``torch.save`` wrote. It is written to
 a temporary file, fsynced and renamed (:func:`~terngrad.util.files.atomic_write`), so a crash
 leaves the previous checkpoints untouched; :func:`load` refuses a truncated, bit-flipped or
 foreign file with a one-line ``ValueError`` and reads the rest with ``weights_only=True`` (no
 pickled code runs). :func:`prune` keeps the newest ``keep``.
+
+The contents (format :data:`FORMAT`): the run's config, the step, wall-clock and training
+seconds, the testbed's wire bytes per rank, the model, optimizer and schedule states, and every
+rank's hook state and random generator (:func:`training_checkpoint`); :func:`load_run` reads one
+back for the run it belongs to, :func:`read_training_checkpoint` for anyone (``terngrad study
+--from-checkpoint``).
 """
 
 from __future__ import annotations
@@ -18,8 +25,11 @@ from typing import Any
 
 import torch
 
+from terngrad.train.config import RESUMABLE_CHANGES, TrainConfig
 from terngrad.util.files import atomic_write
 
+#: the layout of a training checkpoint's contents
+FORMAT = 2
 MAGIC = b"TERNGRAD-CKPT-1\n"
 _DIGEST = 32
 _NAME = re.compile(r"^checkpoint-(\d{8})\.pt$")
@@ -86,3 +96,87 @@ def prune(folder: Path, keep: int) -> None:
     """Delete all but the newest ``keep`` checkpoints."""
     for step in steps(folder)[:-keep]:
         path_for(folder, step).unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------- a run's contents
+
+#: what a training checkpoint holds besides its format and config, and of which type
+_CONTENTS = {
+    "step": int, "seconds": float, "model": dict, "optimizer": dict, "schedule": dict,
+    "hook_states": list, "rng_states": list,
+}  # fmt: skip
+
+
+def training_checkpoint(
+    cfg: TrainConfig, step: int, seconds: float, train_seconds: float,
+    wire_bytes: list[int] | None, model: dict, optimizer: dict, schedule: dict,
+    hook_states: list[Any], rng_states: list[torch.Tensor],
+) -> dict[str, Any]:  # fmt: skip
+    """The contents of a training checkpoint, ready for :func:`save`."""
+    return {
+        "format": FORMAT,
+        "config": cfg.to_dict(),
+        "step": step,
+        "seconds": seconds,
+        "train_seconds": train_seconds,
+        "wire_bytes": wire_bytes,
+        "model": model,
+        "optimizer": optimizer,
+        "schedule": schedule,
+        "hook_states": hook_states,
+        "rng_states": rng_states,
+    }
+
+
+def read_training_checkpoint(path: Path | str, contents: tuple[str, ...] = ("model",)) -> dict:
+    """A ``terngrad train`` checkpoint of this version (checksum verified, no pickled code
+    run) that holds ``contents`` (keys of a whole one); ``ValueError`` with one line
+    otherwise."""
+    ckpt = load(Path(path))
+    if ckpt.get("format") != FORMAT or not isinstance(ckpt.get("config"), dict):
+        raise ValueError(f"{path} is not a terngrad training checkpoint of this version")
+    for key in contents:
+        kind, value = _CONTENTS[key], ckpt.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(
+                f"{path} is not a whole terngrad training checkpoint: its {key!r} is "
+                f"{'missing' if key not in ckpt else type(value).__name__}"
+            )
+    return ckpt
+
+
+def saved_config(path: Path | str, ckpt: dict[str, Any]) -> TrainConfig:
+    """The config a checkpoint was written with; ``ValueError`` if this version cannot read it."""
+    try:
+        return TrainConfig.from_dict(ckpt["config"])
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path} holds a configuration this version cannot read: {exc}") from None
+
+
+def load_run(path: Path, cfg: TrainConfig) -> dict[str, Any]:
+    """A checkpoint of the run ``cfg`` (fields other than ``RESUMABLE_CHANGES`` must match),
+    with everything a worker reads from it."""
+    ckpt = read_training_checkpoint(path, tuple(_CONTENTS))
+    saved = saved_config(path, ckpt)
+    differing = saved.diff(cfg, RESUMABLE_CHANGES)
+    if differing:
+        raise ValueError(
+            f"{path} belongs to a different run (this run's settings instead of the "
+            f"checkpoint's: {'; '.join(differing)}): resume with the same settings or choose "
+            "another --out"
+        )
+    ranks = (len(ckpt["hook_states"]), len(ckpt["rng_states"]))
+    if ranks != (saved.workers, saved.workers) or not 0 <= ckpt["step"] <= 2**62:
+        raise ValueError(
+            f"{path} is not a whole terngrad training checkpoint: it holds {ranks[0]} hook "
+            f"states and {ranks[1]} generators for {saved.workers} workers, at step "
+            f"{ckpt['step']}"
+        )
+    return ckpt
+
+
+def resume_point(folder: Path, resume: str | None = None) -> Path | None:
+    """The checkpoint a run starts from: ``resume`` if given, else the newest in ``folder``."""
+    if resume is not None:
+        return Path(resume)
+    return latest(folder)

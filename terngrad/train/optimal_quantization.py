@@ -7,8 +7,10 @@ with clipping they come close to full precision. Their code simulated the encodi
 run is ``terngrad train``: ``workers`` real processes, each quantizing its own gradient into the
 bytes that travel.
 
-* Every method quantizes every tensor (the last layer too, no size floor) in buckets of
-  :data:`BUCKET` elements, one set of scales (or levels) each. The available text of the paper
+* Every method quantizes every tensor (the last layer too, no size floor: the protocol
+  :data:`PROTOCOL`) in buckets of 512 elements, one set of scales (or levels) each: the methods
+  ``terngrad-b512``, ``qsgd-s``, ``linear-s``, ``orq-s``, ``bingrad-b``, ``bingrad-pb`` and
+  ``signsgd-b512`` of :data:`terngrad.train.methods.METHODS`. The available text of the paper
   does not state its bucket size ``d``; 512 is QSGD's, and what ``terngrad study`` uses.
 * ``noclip``: the methods as they are (TernGrad without its clipping). ``clip``: every method
   clips at 2.5 sigma (:mod:`terngrad.quantize.clipping`) and every run of the variant, fp32
@@ -22,7 +24,7 @@ bytes that travel.
   (levels coherent among the workers; the average re-quantized with server error feedback).
 * fp32 is PyTorch's own DDP all-reduce (``--baseline fp32``).
 
-Outputs in ``out``: one trainer folder per run (``<variant>/<method>-s<seed>``; a finished run is
+Outputs in ``out``: one run folder per run (``<variant>/<method>-s<seed>``; a finished run is
 read back, not trained again), ``results.json`` (every run), ``results.md`` (mean ± std over the
 seeds, each claim of the paper tested against the spread), ``curves-<variant>.png``.
 """
@@ -33,74 +35,59 @@ import json
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from terngrad import quantize
-from terngrad.comm import Options
-from terngrad.train import models
-from terngrad.train.experiments import train_each
-from terngrad.train.trainer import DEFAULT_TIMEOUT, TrainConfig
+from terngrad.train import comparison, methods
+from terngrad.train.comparison import Comparison, Run, spread
+from terngrad.train.config import TrainConfig
 from terngrad.util.files import atomic_write_text
 
-#: elements per bucket (one set of scales or levels each) for every method
+#: elements per bucket (one set of scales or levels each) of every method
 BUCKET = 512
 #: TernGrad's clipping constant c (clip at c sigma)
 CLIP = 2.5
 LEVELS = (3, 5, 9)
 VARIANTS = ("noclip", "clip")
+METHODS = (
+    "fp32", "terngrad-b512", *(f"{q}-{s}" for q in ("qsgd", "linear", "orq") for s in LEVELS),
+    "bingrad-b", "bingrad-pb", "signsgd-b512",
+)  # fmt: skip
 #: the methods run with several seeds (the rest, and fp32, get as many too if asked)
-SEEDED = ("fp32", "terngrad", "qsgd-5", "linear-5", "orq-5", "bingrad-b", "bingrad-pb", "signsgd")
+SEEDED = ("fp32", "terngrad-b512", "qsgd-5", "linear-5", "orq-5", "bingrad-b", "bingrad-pb",
+          "signsgd-b512")  # fmt: skip
 #: Algorithm 2 rows: (method, aggregate) through the parameter server, clipped, first seed
 ALGORITHM2 = (
     ("orq-5", "coherent"), ("orq-5", "requantize"),
     ("bingrad-b", "coherent"), ("bingrad-b", "requantize"),
 )  # fmt: skip
+#: what every method of the comparison runs under: every tensor quantized, exact averages
+PROTOCOL = {"topology": "allgather", "quantize_last": True, "min_numel": 0}
 
 
-def method_table() -> dict[str, tuple[str, dict[str, Any]]]:
-    """Every method of the comparison: name -> (quantizer, options without clip)."""
-    table: dict[str, tuple[str, dict[str, Any]]] = {"fp32": ("fp32", {})}
-    table["terngrad"] = ("terngrad", {"bucket_size": BUCKET})
-    for family in ("qsgd", "linear", "orq"):
-        for s in LEVELS:
-            table[f"{family}-{s}"] = (family, {"levels": s, "bucket_size": BUCKET})
-    for name in ("bingrad-b", "bingrad-pb", "signsgd"):
-        table[name] = (name, {"bucket_size": BUCKET})
-    return table
+def exchange_of(run: Run) -> str:
+    """``allgather``, or ``ps/<aggregate>`` for an Algorithm 2 row."""
+    x = run.config.exchange
+    return "allgather" if x.topology == "allgather" else f"{x.topology}/{x.aggregate}"
 
 
-METHODS = tuple(method_table())
-
-
-@dataclass(frozen=True)
-class Run:
-    """One training run of the comparison."""
-
-    method: str
-    variant: str
-    seed: int
-    config: TrainConfig
-
-    @property
-    def exchange(self) -> str:
-        """``allgather``, or ``ps/<aggregate>`` for an Algorithm 2 row."""
-        x = self.config.exchange
-        return "allgather" if x.topology == "allgather" else f"{x.topology}/{x.aggregate}"
-
-    @property
-    def label(self) -> str:
-        return f"{self.method} {self.variant} seed {self.seed} ({self.exchange})"
+#: the data set each model is compared on, and its default length in steps
+DATASETS = {"lenet": "mnist", "cifarnet": "fashion"}
+STEPS = {"lenet": 600, "cifarnet": 1000}
 
 
 def protocol(
-    out: str, model: str, dataset: str, data_dir: str | None, workers: int, steps: int,
-    eval_every: int | None = None,
+    out: str, model: str = "lenet", dataset: str | None = None, data_dir: str | None = None,
+    workers: int = 4, steps: int | None = None, eval_every: int | None = None,
 ) -> TrainConfig:  # fmt: skip
     """The training settings of one model: LeNet's (momentum 0.9, lr 0.01 with poly decay,
     weight decay 5e-4) or, for the CIFAR ConvNet, Table 1's (Adam, lr 2e-4); 64 examples per
-    worker either way."""
+    worker either way. By default LeNet on MNIST for 600 steps, the ConvNet on Fashion-MNIST
+    for 1,000, another model on synthetic data for 600; a tenth of the steps between
+    evaluations."""
+    dataset = dataset or DATASETS.get(model, "synthetic")
+    steps = steps or STEPS.get(model, 600)
     every = eval_every or max(1, steps // 10)
     common = dict(out=out, model=model, dataset=dataset, data_dir=data_dir, workers=workers,
                   batch_size=64, steps=steps, eval_every=every, keep_checkpoints=1,
@@ -113,110 +100,80 @@ def protocol(
     )  # fmt: skip
 
 
-def plan(
-    base: TrainConfig,
-    methods: Sequence[str] = METHODS,
-    variants: Sequence[str] = VARIANTS,
-    seeds: int = 3,
-    warmup_steps: int | None = None,
-    algorithm2: bool = True,
-) -> list[Run]:
-    """The runs: every method of ``methods`` in every variant, ``seeds`` seeds for those in
+@dataclass(frozen=True)
+class ORQComparison(Comparison):
+    """Every method of ``methods`` in every variant, ``seeds`` seeds for those in
     :data:`SEEDED` (one for the rest), then the :data:`ALGORITHM2` rows whose method is asked
-    for (clipped). ``ValueError`` for an unknown method or variant."""
-    table = method_table()
-    for name in methods:
-        if name not in table:
-            raise ValueError(f"unknown method {name!r}; choose from: {', '.join(METHODS)}")
-    for variant in variants:
-        if variant not in VARIANTS:
-            raise ValueError(f"unknown variant {variant!r}; choose from: {', '.join(VARIANTS)}")
-    if len(set(methods)) != len(methods) or len(set(variants)) != len(variants):
-        raise ValueError("each method and each variant may be named once")
-    if seeds < 1:
-        raise ValueError(f"seeds must be at least 1, got {seeds}")
-    warmup = base.steps // 10 if warmup_steps is None else warmup_steps
-    runs = []
-    for variant in variants:
-        for name in methods:
-            for seed in range(seeds if name in SEEDED else 1):
-                runs.append(_run(base, name, variant, seed, warmup))
-    if algorithm2 and "clip" in variants:
-        for name, aggregate in ALGORITHM2:
-            if name in methods:
-                runs.append(_run(base, name, "clip", 0, warmup, "ps", aggregate))
-    return runs
+    for (clipped); runs in ``<out>/<variant>/<method>-s<seed>[-ps-<aggregate>]``."""
+
+    base: TrainConfig
+    methods: Sequence[str] = METHODS
+    variants: Sequence[str] = VARIANTS
+    seeds: int = 3
+    warmup_steps: int | None = None
+    algorithm2: bool = True
+    title = "terngrad reproduce orq"
+
+    def plan(self) -> list[Run]:
+        chosen = [m.name for m in methods.select(self.methods, METHODS)]
+        for variant in self.variants:
+            if variant not in VARIANTS:
+                raise ValueError(f"unknown variant {variant!r}; choose from: {', '.join(VARIANTS)}")
+        if len(set(self.variants)) != len(self.variants):
+            raise ValueError("each variant may be named once")
+        if self.seeds < 1:
+            raise ValueError(f"seeds must be at least 1, got {self.seeds}")
+        runs = []
+        for variant in self.variants:
+            for name in chosen:
+                for seed in range(self.seeds if name in SEEDED else 1):
+                    runs.append(self._run(name, variant, seed))
+        if self.algorithm2 and "clip" in self.variants:
+            for name, aggregate in ALGORITHM2:
+                if name in chosen:
+                    runs.append(self._run(name, "clip", 0, "ps", aggregate))
+        return runs
+
+    def _run(self, name, variant, seed, topology="allgather", aggregate="requantize") -> Run:
+        clipped = variant == "clip"
+        folder = f"{variant}/{name}-s{seed}"
+        if topology != "allgather":
+            folder += f"-{topology}-{aggregate}"
+        warmup = self.base.steps // 10 if self.warmup_steps is None else self.warmup_steps
+        base = self.base.replace(seed=seed, warmup_steps=warmup if clipped else 0)
+        protocol = {**PROTOCOL, "topology": topology, "aggregate": aggregate,
+                    "quantizer_options": {"clip": CLIP if clipped else None}}  # fmt: skip
+        cfg = methods.get(name).configure(base, str(Path(self.base.out) / folder), protocol)
+        run = Run(name, cfg, "", {"variant": variant, "seed": seed})
+        label = f"{name} {variant} seed {seed} ({exchange_of(run)})"
+        return Run(name, cfg, label, run.tags)
+
+    def report(self, runs: list[Run], summaries: list[dict[str, Any]], out: Path) -> str:
+        return write_results(runs, summaries, out)
 
 
-def _run(base, name, variant, seed, warmup, topology="allgather", aggregate="requantize") -> Run:
-    quantizer, options = method_table()[name]
-    clipped = variant == "clip"
-    folder = f"{variant}/{name}-s{seed}"
-    if topology != "allgather":
-        folder += f"-{topology}-{aggregate}"
-    exchange = Options(
-        quantizer=quantizer,
-        quantizer_options={**options, "clip": CLIP if clipped else None} if options else {},
-        topology=topology, aggregate=aggregate, quantize_last=True, min_numel=0, seed=seed,
-        timeout=DEFAULT_TIMEOUT,
-    )  # fmt: skip
-    cfg = replace(
-        base, out=str(Path(base.out) / folder), exchange=exchange,
-        baseline="fp32" if name == "fp32" else None, warmup_steps=warmup if clipped else 0,
-    )  # fmt: skip
-    return Run(name, variant, seed, cfg)
-
-
-def parameter_sizes(model: str) -> list[int]:
-    """Elements of each parameter tensor of ``model`` (its default input, 10 classes)."""
-    net = models.build(model, models.default_input_shape(model), 10, None)
-    return [p.numel() for p in net.parameters()]
-
-
-def bits_per_element(method: str, model: str) -> float:
-    """Wire bits per gradient element of one worker's message of the whole model's gradient
-    (every tensor its own segment, buckets of :data:`BUCKET`): 32 for fp32."""
-    if method == "fp32":
+def bits_per_element(cfg: TrainConfig) -> float:
+    """Wire bits per gradient element of one worker's message of the run's whole gradient
+    (every tensor its own segment): 32 for PyTorch's fp32."""
+    if cfg.baseline is not None:
         return 32.0
-    quantizer, options = method_table()[method]
-    sizes = parameter_sizes(model)
-    return 8 * quantize.get(quantizer, **options).message_nbytes(sum(sizes), sizes) / sum(sizes)
+    from terngrad.train import models
 
-
-def run_all(runs: list[Run], out: Path, echo=print) -> dict[str, Any]:
-    """Train every run (a finished one is read back), then write the results; returns them."""
-    summaries = train_each(
-        [(r.label, r.config) for r in runs],
-        lambda s: f"final {100 * s['accuracy']:.2f}%, best {100 * s['best_accuracy']:.2f}%",
-        echo,
-    )
-    return write_results(runs, summaries, out)
+    net = models.build(cfg.model, models.default_input_shape(cfg.model), 10, None)
+    sizes = [p.numel() for p in net.parameters()]
+    q = cfg.exchange.make_quantizer()
+    return 8 * q.message_nbytes(sum(sizes), sizes) / sum(sizes)
 
 
 def _record(r: Run, summary: dict[str, Any]) -> dict[str, Any]:
     cfg = r.config
-    metrics = [json.loads(line) for line in (Path(cfg.out) / "metrics.jsonl").open()]
-    sent = summary.get("bytes_sent_per_step")
-    if sent is None:  # PyTorch's ring all-reduce of the fp32 gradient: 2 (N-1)/N * 4 d bytes
-        d = sum(parameter_sizes(cfg.model))
-        sent = 2 * (cfg.workers - 1) * 4 * d / cfg.workers
     return {
-        "method": r.method, "variant": r.variant, "seed": r.seed, "exchange": r.exchange,
-        "final_accuracy": summary["accuracy"], "best_accuracy": summary["best_accuracy"],
-        "bits_per_element": bits_per_element(r.method, cfg.model),
-        "bytes_per_step": sent, "seconds": summary.get("seconds"), "folder": cfg.out,
-        "curve": [(m["step"], m["accuracy"]) for m in metrics],
+        "method": r.method, "variant": r.tags["variant"], "seed": r.tags["seed"],
+        "exchange": exchange_of(r), "final_accuracy": summary["accuracy"],
+        "best_accuracy": summary["best_accuracy"], "bits_per_element": bits_per_element(cfg),
+        "bytes_per_step": comparison.bytes_per_step(cfg, summary),
+        "seconds": summary.get("seconds"), "folder": cfg.out, "curve": comparison.curve(cfg),
     }  # fmt: skip
-
-
-def _spread(values: list[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (0 for one value)."""
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
-
-
-def _cell(values: list[float]) -> str:
-    mean, std = _spread(values)
-    return f"{100 * mean:.2f}" + (f" ± {100 * std:.2f}" if len(values) > 1 else "")
 
 
 def compare(records: list[dict[str, Any]], a: str, b: str, variant: str) -> str | None:
@@ -254,8 +211,9 @@ def compare(records: list[dict[str, Any]], a: str, b: str, variant: str) -> str 
     return f"{a} − {b}: {diff:+.2f} points (± {se:.2f} s.e., {how}; {verdict})"
 
 
-def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -> dict[str, Any]:
-    """``results.json``, ``results.md`` and ``curves-<variant>.png`` in ``out``."""
+def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -> str:
+    """``results.json``, ``results.md`` and ``curves-<variant>.png`` in ``out``; returns the
+    Markdown."""
     from terngrad.train.report import markdown_table  # matplotlib: only when writing
 
     records = [_record(r, s) for r, s in zip(runs, summaries, strict=True)]
@@ -267,7 +225,8 @@ def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -
     for (variant, exchange, method), recs in groups.items():
         rows.append([
             method, variant, exchange, str(len(recs)),
-            _cell([r["final_accuracy"] for r in recs]), _cell([r["best_accuracy"] for r in recs]),
+            spread([r["final_accuracy"] for r in recs], 2, 100),
+            spread([r["best_accuracy"] for r in recs], 2, 100),
             f"{recs[0]['bits_per_element']:.2f}",
             f"{statistics.fmean(r['bytes_per_step'] for r in recs):,.0f}",
         ])  # fmt: skip
@@ -277,11 +236,11 @@ def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -
         rows,
     )  # fmt: skip
     claims = []
-    variants = sorted({r.variant for r in runs}, key=VARIANTS.index)
+    variants = sorted({r.tags["variant"] for r in runs}, key=VARIANTS.index)
     for variant in variants:
         pairs = [(f"orq-{s}", f"{other}-{s}") for s in LEVELS for other in ("qsgd", "linear")]
-        pairs += [("bingrad-b", "signsgd"), ("bingrad-pb", "signsgd")]
-        pairs += [(m, "fp32") for m in ("orq-5", "bingrad-b", "bingrad-pb", "terngrad")]
+        pairs += [("bingrad-b", "signsgd-b512"), ("bingrad-pb", "signsgd-b512")]
+        pairs += [(m, "fp32") for m in ("orq-5", "bingrad-b", "bingrad-pb", "terngrad-b512")]
         lines = [c for c in (compare(records, a, b, variant) for a, b in pairs) if c]
         lines += _broadcasts(records, variant)
         if lines:
@@ -305,7 +264,7 @@ def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -
     atomic_write_text(out / "results.json", json.dumps(result, indent=2) + "\n")
     for variant in variants:
         _write_curves(records, variant, out / f"curves-{variant}.png", base)
-    return result
+    return text
 
 
 def _broadcasts(records: list[dict[str, Any]], variant: str) -> list[str]:

@@ -10,12 +10,18 @@ run's files overwritten.
   ``.checkpoint-<step>.pt.<random>.tmp`` each): no other writer can be at work then.
 * :func:`foreign_outputs` lists the files a run writes (metrics, summary, curves) that a folder
   already holds, which the trainer refuses to overwrite unless they are its own run's.
+* :func:`prepare_out` makes every check of a run's folder that writes nothing: writable, the
+  checkpoint it would resume from whole and of this run, no two histories mixed, no other
+  run's outputs overwritten. :func:`write_run_config` marks the folder as the run's
+  (``config.json``), and :func:`seed_metrics` starts the metrics of a run resumed from another
+  folder's checkpoint.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shlex
 import socket
@@ -24,11 +30,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from terngrad.util.files import LEFTOVER
+from terngrad.train import checkpoints
+from terngrad.train.config import RESUMABLE_CHANGES, TrainConfig
+from terngrad.train.outputs import CURVES, METRICS, SUMMARY, truncate_metrics
+from terngrad.util.files import LEFTOVER, atomic_write_text
 
 LOCK = ".terngrad.lock"
+CONFIG = "config.json"
 #: what a run writes into its folder besides checkpoints (and config.json, its settings)
-OUTPUTS = ("metrics.jsonl", "summary.json", "curves.png")
+OUTPUTS = (METRICS, SUMMARY, CURVES)
 
 
 class FolderInUse(ValueError):
@@ -83,3 +93,92 @@ def remove_leftovers(folder: Path) -> list[Path]:
 def foreign_outputs(folder: Path) -> list[str]:
     """The names of :data:`OUTPUTS` that ``folder`` holds."""
     return [name for name in OUTPUTS if (Path(folder) / name).exists()]
+
+
+def prepare_out(cfg: TrainConfig, resume: str | None = None) -> Path:
+    """Every check of ``cfg.out`` that writes nothing (a launch makes them again once it holds
+    the folder): a folder, or none yet, that can be written; the checkpoint the run would
+    resume from is whole and of this run; no history is mixed with another; no other run's
+    outputs are overwritten. ``ValueError`` with one line otherwise."""
+    out = Path(cfg.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} exists and is not a folder")
+    parent = next(p for p in (out.absolute(), *out.absolute().parents) if p.exists())
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"cannot write into --out {out}: {parent} is not a writable folder")
+    start = checkpoints.resume_point(out, resume)
+    if start is None:
+        if foreign_outputs(out) and not same_run(out, cfg):
+            names = ", ".join(foreign_outputs(out))
+            raise ValueError(
+                f"--out {out} holds another run's outputs ({names}) and no checkpoint to "
+                "resume from: choose another --out, or delete them"
+            )
+        return out
+    try:
+        ckpt = checkpoints.load_run(start, cfg)  # fail now, not in every worker
+    except ValueError as exc:
+        if resume is not None or "is damaged" not in str(exc):
+            raise
+        older = [s for s in checkpoints.steps(out) if s < checkpoints.steps(out)[-1]]
+        then = f"resume from the one before it (step {older[-1]})" if older else "start afresh"
+        raise ValueError(
+            f"{exc}: move it out of --out {out} (or delete it) and run the same command again "
+            f"to {then}"
+        ) from None
+    if start.absolute().parent != out.absolute():
+        held = [checkpoints.path_for(out, s).name for s in checkpoints.steps(out)]
+        held += foreign_outputs(out)
+        if held:
+            raise ValueError(
+                f"--out {out} already holds a run ({', '.join(held[:3])}): resuming into it "
+                f"from {start}, a checkpoint of another folder, would mix the two; give an "
+                "empty --out"
+            )
+        return out
+    newer = [s for s in checkpoints.steps(out) if s > ckpt["step"]]
+    if newer:
+        raise ValueError(
+            f"--out {out} holds checkpoints newer than {start} (step {newer[-1]} > "
+            f"{ckpt['step']}): resuming from the older one would mix two histories; choose "
+            "another --out, or delete the newer checkpoints first"
+        )
+    return out
+
+
+def same_run(out: Path, cfg: TrainConfig) -> bool:
+    """Whether ``out/config.json`` (written when a run starts) is this run's: the outputs of a
+    run killed before its first checkpoint are its own, and are started afresh."""
+    try:
+        saved = TrainConfig.from_dict(json.loads((out / CONFIG).read_text())["config"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return False
+    return not saved.diff(cfg, RESUMABLE_CHANGES)
+
+
+def write_run_config(cfg: TrainConfig, resume: str | None = None) -> Path:
+    """``cfg.out/config.json``: the run's settings (what marks the folder as this run's, and
+    what torchrun's workers read)."""
+    path = Path(cfg.out) / CONFIG
+    atomic_write_text(path, json.dumps({"config": cfg.to_dict(), "resume": resume}))
+    return path
+
+
+def read_run_config(path: Path | str) -> tuple[TrainConfig, str | None]:
+    """The run's config and the checkpoint it was started from, as :func:`write_run_config`
+    wrote them."""
+    saved = json.loads(Path(path).read_text())
+    return TrainConfig.from_dict(saved["config"]), saved["resume"]
+
+
+def seed_metrics(cfg: TrainConfig, resume: str | None) -> None:
+    """A run resumed into an empty folder from another folder's checkpoint starts its
+    ``metrics.jsonl`` with that folder's evaluations up to the checkpoint's step."""
+    if resume is None or Path(resume).absolute().parent == Path(cfg.out).absolute():
+        return
+    source = Path(resume).parent / METRICS
+    target = Path(cfg.out) / METRICS
+    if source.exists() and not target.exists():
+        step = checkpoints.load(Path(resume))["step"]
+        atomic_write_text(target, source.read_text())
+        truncate_metrics(target, step)

@@ -4,7 +4,7 @@ TernGrad was shown on CNNs; users of GRACE report that it diverged on BERT with 
 (sands-lab/grace#14). This comparison trains the character-level GPT of
 :mod:`terngrad.train.models` on Python's documentation (:mod:`terngrad.train.text`) with AdamW,
 a linear warm-up from lr/10 over a tenth of the steps and cosine decay to lr/10, ``workers``
-real processes, and these ways of averaging the gradients (:func:`method_table`):
+real processes, and these methods of :data:`terngrad.train.methods.METHODS`:
 
 * ``fp32``, ``fp16``: PyTorch's DDP all-reduce and its fp16 compression hook, the references;
 * ``terngrad``: the hook's defaults — one scale per tensor, clipping at 2.5 sigma, the last layer
@@ -14,14 +14,14 @@ real processes, and these ways of averaging the gradients (:func:`method_table`)
 * ``terngrad-fp``: full-precision averaging for the first ``full_precision_steps`` steps (by
   default a fifth of the run, at least 1), then TernGrad — 1-bit Adam's warm-up (Tang et al. 2021);
 * ``terngrad-b512-fp``: both, buckets of 512 after the same warm-up;
-* ``qsgd``, ``orq``: QSGD and ORQ with 5 levels in buckets of 512 (their defaults).
+* ``qsgd-5``, ``orq-5``: QSGD and ORQ with 5 levels in buckets of 512 (their defaults).
 
 Every TernGrad-family run uses the sharded exchange (the hook's default). The result table gives
 per run the final and best validation loss (nats per character) and bits per character, the
 gap to fp32 in percent, and the bytes one rank sent per step (the hook's count; for PyTorch's
 hooks the ring all-reduce's ``2 (N-1)/N`` times the gradient's bytes), with the goal this
 experiment sets — within 2% of fp32's validation loss while sending at least 10x fewer bytes —
-checked per run. Outputs in ``out``: one trainer folder per run (``<method>-s<seed>``; a
+checked per run. Outputs in ``out``: one run folder per run (``<method>-s<seed>``; a
 finished run is read back), ``results.json``, ``results.md``, ``curves.png`` (validation bits
 per character against step) and ``tradeoff.png`` (bytes per step against the final bits per
 character).
@@ -32,14 +32,13 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from terngrad.comm import Options
-from terngrad.train import models
-from terngrad.train.experiments import train_each
-from terngrad.train.trainer import DEFAULT_TIMEOUT, TrainConfig
+from terngrad.train import comparison, methods, models
+from terngrad.train.comparison import Comparison, Run, spread
+from terngrad.train.config import TrainConfig
 from terngrad.util.files import atomic_write_text
 
 #: the goal: validation loss within this fraction of fp32's ...
@@ -47,40 +46,7 @@ LOSS_GAP = 0.02
 #: ... while sending at least this many times fewer bytes per step
 BYTES_FACTOR = 10.0
 METHODS = ("fp32", "fp16", "terngrad", "terngrad-b512", "terngrad-b2048", "terngrad-ef",
-           "terngrad-fp", "terngrad-b512-fp", "qsgd", "orq")  # fmt: skip
-
-
-def method_table(full_precision_steps: int) -> dict[str, tuple[str | None, dict[str, Any]]]:
-    """Every method: name -> (PyTorch baseline or ``None``, the exchange's options)."""
-    return {
-        "fp32": ("fp32", {}),
-        "fp16": ("fp16", {}),
-        "terngrad": (None, {}),
-        "terngrad-b512": (None, {"quantizer_options": {"bucket_size": 512}}),
-        "terngrad-b2048": (None, {"quantizer_options": {"bucket_size": 2048}}),
-        "terngrad-ef": (None, {"error_feedback": True}),
-        "terngrad-fp": (None, {"full_precision_steps": full_precision_steps}),
-        "terngrad-b512-fp": (
-            None,
-            {
-                "quantizer_options": {"bucket_size": 512},
-                "full_precision_steps": full_precision_steps,
-            },
-        ),
-        "qsgd": (None, {"quantizer": "qsgd"}),
-        "orq": (None, {"quantizer": "orq"}),
-    }
-
-
-@dataclass(frozen=True)
-class Run:
-    method: str
-    seed: int
-    config: TrainConfig
-
-    @property
-    def label(self) -> str:
-        return f"{self.method} seed {self.seed}"
+           "terngrad-fp", "terngrad-b512-fp", "qsgd-5", "orq-5")  # fmt: skip
 
 
 def protocol(
@@ -98,77 +64,55 @@ def protocol(
     )  # fmt: skip
 
 
-def plan(
-    base: TrainConfig,
-    methods: Sequence[str] = METHODS,
-    seeds: int = 1,
-    full_precision_steps: int | None = None,
-) -> list[Run]:
-    """The runs: every method with ``seeds`` seeds (a seed fixes the initial weights and the
-    data order of every method alike). ``ValueError`` for an unknown or repeated method."""
-    for name in methods:
-        if name not in METHODS:
-            raise ValueError(f"unknown method {name!r}; choose from: {', '.join(METHODS)}")
-    if len(set(methods)) != len(methods):
-        raise ValueError("each method may be named once")
-    if seeds < 1:
-        raise ValueError(f"seeds must be at least 1, got {seeds}")
-    k = max(1, base.steps // 5) if full_precision_steps is None else full_precision_steps
-    if not 0 < k < base.steps:
-        raise ValueError(
-            f"full-precision steps must lie between 1 and the run's {base.steps - 1}, got {k}"
-        )
-    table = method_table(k)
-    runs = []
-    for name in methods:
-        baseline, options = table[name]
-        for seed in range(seeds):
-            exchange = Options(**{"timeout": DEFAULT_TIMEOUT, **options, "seed": seed})
-            cfg = replace(base, out=str(Path(base.out) / f"{name}-s{seed}"), baseline=baseline,
-                          exchange=exchange)  # fmt: skip
-            runs.append(Run(name, seed, cfg))
-    return runs
+@dataclass(frozen=True)
+class TransformerComparison(Comparison):
+    """Every method of ``methods`` with ``seeds`` seeds (a seed fixes the initial weights and
+    the data order of every method alike), runs in ``<out>/<method>-s<seed>``; the methods
+    with a full-precision warm-up get ``full_precision_steps`` (a fifth of the steps)."""
+
+    base: TrainConfig
+    methods: Sequence[str] = METHODS
+    seeds: int = 1
+    full_precision_steps: int | None = None
+    title = "terngrad reproduce transformer"
+
+    def plan(self) -> list[Run]:
+        chosen = methods.select(self.methods, METHODS)
+        if self.seeds < 1:
+            raise ValueError(f"seeds must be at least 1, got {self.seeds}")
+        k = self.full_precision_steps or max(1, self.base.steps // 5)
+        if any(m.full_precision_share for m in chosen) and not 0 < k < self.base.steps:
+            raise ValueError(
+                f"full-precision steps must lie between 1 and the run's {self.base.steps - 1}, "
+                f"got {k}"
+            )
+        runs = []
+        for method in chosen:
+            for seed in range(self.seeds):
+                out = str(Path(self.base.out) / f"{method.name}-s{seed}")
+                cfg = method.configure(self.base.replace(seed=seed), out, None, k)
+                runs.append(Run(method.name, cfg, f"{method.name} seed {seed}", {"seed": seed}))
+        return runs
+
+    def report(self, runs: list[Run], summaries: list[dict[str, Any]], out: Path) -> str:
+        return write_results(runs, summaries, out)
 
 
-def run_all(runs: list[Run], out: Path, echo=print) -> dict[str, Any]:
-    """Train every run (a finished one is read back), then write the results; returns them."""
-    summaries = train_each(
-        [(r.label, r.config) for r in runs],
-        lambda s: (
-            f"validation {s['bits_per_char']:.3f} bits/char (best {s['best_bits_per_char']:.3f})"
-        ),
-        echo,
-    )
-    return write_results(runs, summaries, out)
-
-
-def gradient_bytes(cfg: TrainConfig) -> int:
-    """Bytes of one fp32 gradient of the run's model (its vocabulary read from the data)."""
-    from terngrad.train.trainer import load_data
-
-    vocabulary = load_data(cfg).num_classes
-    net = models.build(cfg.model, models.default_input_shape(cfg.model), vocabulary)
-    return 4 * sum(p.numel() for p in net.parameters())
-
-
-def _record(r: Run, summary: dict[str, Any], fp32_gradient: int) -> dict[str, Any]:
+def _record(r: Run, summary: dict[str, Any]) -> dict[str, Any]:
     cfg = r.config
-    metrics = [json.loads(line) for line in (Path(cfg.out) / "metrics.jsonl").open()]
-    sent = summary.get("bytes_sent_per_step")
-    if sent is None:  # PyTorch's ring all-reduce: 2 (N-1)/N times the gradient (fp16: half)
-        per_value = 0.5 if cfg.baseline == "fp16" else 1.0
-        sent = 2 * (cfg.workers - 1) * per_value * fp32_gradient / cfg.workers
     return {
-        "method": r.method, "seed": r.seed, "loss": summary["loss"],
+        "method": r.method, "seed": r.tags["seed"], "loss": summary["loss"],
         "best_loss": summary["best_loss"], "bits_per_char": summary["bits_per_char"],
-        "best_bits_per_char": summary["best_bits_per_char"], "bytes_per_step": sent,
+        "best_bits_per_char": summary["best_bits_per_char"],
+        "bytes_per_step": comparison.bytes_per_step(cfg, summary),
         "seconds": summary.get("seconds"), "folder": cfg.out,
-        "curve": [(m["step"], m["bits_per_char"]) for m in metrics],
+        "curve": comparison.curve(cfg, "bits_per_char"),
     }  # fmt: skip
 
 
-def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -> dict[str, Any]:
-    """``results.json``, ``results.md``, ``curves.png`` and ``tradeoff.png`` in ``out``."""
+def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -> str:
+    """``results.json``, ``results.md``, ``curves.png`` and ``tradeoff.png`` in ``out``;
+    returns the Markdown."""
     from terngrad.train.report import (
         markdown_table,
         mean_curve,
@@ -177,7 +121,7 @@ def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -
     )  # fmt: skip
 
     base = runs[0].config
-    records = [_record(r, s, gradient_bytes(base)) for r, s in zip(runs, summaries, strict=True)]
+    records = [_record(r, s) for r, s in zip(runs, summaries, strict=True)]
     by_method: dict[str, list[dict[str, Any]]] = {}
     for rec in records:
         by_method.setdefault(rec["method"], []).append(rec)
@@ -193,9 +137,9 @@ def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -
         goal = (gap is not None and fewer is not None and gap <= 100 * LOSS_GAP
                 and fewer >= BYTES_FACTOR)  # fmt: skip
         rows.append([
-            method, str(len(recs)), _spread([r["loss"] for r in recs], 4),
-            _spread([r["best_loss"] for r in recs], 4),
-            _spread([r["bits_per_char"] for r in recs], 3),
+            method, str(len(recs)), spread([r["loss"] for r in recs], 4),
+            spread([r["best_loss"] for r in recs], 4),
+            spread([r["bits_per_char"] for r in recs], 3),
             "—" if gap is None else f"{gap:+.2f}%", f"{sent:,.0f}",
             "—" if fewer is None else f"{fewer:.1f}x", "yes" if goal else "no",
         ])  # fmt: skip
@@ -236,11 +180,4 @@ def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -
         "bytes against the final validation loss", xlabel="bytes one rank sends per step",
         ylabel="final validation bits per character",
     )  # fmt: skip
-    return result
-
-
-def _spread(values: list[float], digits: int) -> str:
-    mean = statistics.fmean(values)
-    if len(values) == 1:
-        return f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+    return text

@@ -40,21 +40,18 @@ each run's compute time and its link probe (an fp32 all-reduce alone).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
-from terngrad import quantize
-from terngrad.bench.methods import METHODS as BENCH_METHODS
-from terngrad.bench.methods import POWERSGD_RANK, BenchMethod
-from terngrad.comm.options import MIN_NUMEL
+from terngrad.comm import Options
 from terngrad.comm.plans import last_layer_names
 from terngrad.comm.traffic import grid_traffic, ring_bytes
 from terngrad.quantize import Layout, SymmetricGrid
-from terngrad.util.files import atomic_write
+from terngrad.train import methods
+from terngrad.train.baselines import POWERSGD_RANK
 
 FIRST_BUCKET_BYTES = 2**20  # DDP's first bucket
 BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb default
@@ -211,9 +208,10 @@ def _powersgd(bucket: Sequence[Param], world: int, rank: int = POWERSGD_RANK) ->
     return replace(wire, codec_elements=n)
 
 
-def _kept(p: Param) -> bool:
-    """A parameter the hook keeps in fp32 (by default: the last layer, under 1024 elements)."""
-    return p.last_layer or p.numel < MIN_NUMEL
+def _kept(x: Options) -> Callable[[Param], bool]:
+    """Whether the hook with options ``x`` keeps a parameter in fp32 (by default: the last
+    layer, and tensors under 1024 elements)."""
+    return lambda p: (p.last_layer and not x.quantize_last) or p.numel < x.min_numel
 
 
 def _hook(q: SymmetricGrid, topology: str) -> Callable[[Sequence[Param], int], Wire]:
@@ -244,24 +242,28 @@ class Method:
 _BUILTIN_TRAFFIC = {"fp32": _fp32, "fp16": _fp16, "powersgd": _powersgd}
 
 
-def _modelled(spec: BenchMethod) -> Method | None:
-    """The model of a benchmark method, or ``None`` for a quantizer off the shared grid (its
-    levels are searched per bucket, which the traffic formulas do not cover)."""
-    if spec.builtin is not None:
-        return Method(spec.name, _BUILTIN_TRAFFIC[spec.builtin], one_bucket=spec.one_bucket)
-    q = quantize.get(spec.quantizer, **spec.options)
-    if not isinstance(q, SymmetricGrid):
+def _modelled(spec: methods.Method) -> Method | None:
+    """The model of a method of the table, or ``None`` where the formulas do not cover it: a
+    quantizer off the shared grid (its levels are searched per bucket), the auto policy, or a
+    full-precision warm-up (the step changes during the run)."""
+    if spec.baseline is not None:
+        return Method(spec.name, _BUILTIN_TRAFFIC[spec.baseline], one_bucket=spec.one_bucket)
+    x = spec.exchange
+    q = x.make_quantizer()
+    if not isinstance(q, SymmetricGrid) or x.policy != "quantize" or spec.full_precision_share:
         return None
-    return Method(spec.name, _hook(q, spec.topology), deferred=_kept)
+    return Method(spec.name, _hook(q, x.topology), deferred=_kept(x))
 
 
-#: the methods of :mod:`terngrad.bench.methods` the model can predict
+#: the methods of :data:`terngrad.train.methods.METHODS` the model can predict
 METHODS: dict[str, Method] = {
-    m.name: m for m in map(_modelled, BENCH_METHODS.values()) if m is not None
+    m.name: m for m in map(_modelled, methods.METHODS.values()) if m is not None
 }
 
 
 def method(name: str) -> Method:
+    """The model of the method ``name`` (or an older name of it)."""
+    name = methods.ALIASES.get(name, name)
     if name not in METHODS:
         raise ValueError(f"the model knows no method {name!r}; choose one of: {', '.join(METHODS)}")
     return METHODS[name]
@@ -381,264 +383,3 @@ def _timeline(jobs: list[tuple[float, float, float]], compute: float, shared: bo
         elif phase == "wire":
             left -= dt
     return t
-
-
-def _solve(f: Callable[[float], float], target: float, lo: float, hi: float) -> float:
-    """``x`` in ``[lo, hi]`` with ``f(x) = target`` for increasing ``f`` (bisection in log
-    space; an end of the range if the target lies beyond it)."""
-    if f(lo) >= target:
-        return lo
-    if f(hi) <= target:
-        return hi
-    for _ in range(100):
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
-    return math.sqrt(lo * hi)
-
-
-# --------------------------------------------------------------------------- calibration
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """What the model takes from a run on unshaped links: the host rate ``H`` and each
-    method's codec seconds per element."""
-
-    model: str
-    workers: int
-    host_bytes_per_s: float
-    codec_seconds_per_element: dict[str, float] = field(default_factory=dict)
-
-
-def _steps(summary: dict) -> dict[str, float]:
-    return {m["method"]: m["step_seconds"] for m in summary["methods"] if m["method"] in METHODS}
-
-
-def calibrate(summary: dict, prof: Profile) -> Calibration:
-    """``H`` and every method's ``κ`` from ``summary`` (``bench network`` results with
-    ``--bandwidth unlimited``, fp32 among the methods)."""
-    if summary.get("bandwidth") != "unlimited":
-        raise ValueError(
-            "calibrate on a run with unshaped links (terngrad bench network --bandwidth "
-            f"unlimited); this one had {summary.get('bandwidth')!r}"
-        )
-    steps, compute, n = _steps(summary), summary["compute_seconds"], summary["ranks"]
-    if "fp32" not in steps:
-        raise ValueError("the calibration run needs the fp32 method (it gives the host's rate)")
-
-    def at(host: float, name: str, kappa: float) -> float:
-        return predict(prof, name, Cluster(n, math.inf, host), compute, kappa).seconds
-
-    host = _solve(lambda h: -at(h, "fp32", 0.0), -steps["fp32"], 1e6, 1e12)
-    kappas = {
-        name: _solve(lambda k, name=name: at(host, name, k), t, 1e-13, 1e-5)
-        for name, t in steps.items()
-        if name != "fp32"
-    }
-    return Calibration(prof.model, n, host, {"fp32": 0.0, **kappas})
-
-
-@dataclass(frozen=True)
-class Check:
-    """One method at one bandwidth: measured and predicted step seconds."""
-
-    bandwidth: str
-    method: str
-    measured: float
-    predicted: float
-
-    @property
-    def error(self) -> float:
-        return self.predicted / self.measured - 1.0
-
-
-def validate(calibration: Calibration, summaries: Iterable[dict], prof: Profile) -> list[Check]:
-    """Predict every method of every run in ``summaries`` (shaped links; each run's own compute
-    time and link probe as inputs) and set it beside the measurement."""
-    checks = []
-    for s in summaries:
-        if s["model"] != calibration.model or s["ranks"] != calibration.workers:
-            raise ValueError(
-                f"run of {s['model']} on {s['ranks']} ranks cannot be checked against a "
-                f"calibration of {calibration.model} on {calibration.workers}"
-            )
-        if "link_probe" not in s:
-            raise ValueError(
-                f"the {s['bandwidth']} run has no link probe: rerun it with this version of "
-                "terngrad bench network"
-            )
-        cluster = Cluster(
-            s["ranks"], s["link_probe"]["bytes_per_second"], calibration.host_bytes_per_s
-        )
-        for name, measured in _steps(s).items():
-            if name not in calibration.codec_seconds_per_element:
-                continue
-            step = predict(
-                prof, name, cluster, s["compute_seconds"],
-                calibration.codec_seconds_per_element[name],
-            )  # fmt: skip
-            checks.append(Check(s["bandwidth"], name, measured, step.seconds))
-    return checks
-
-
-# --------------------------------------------------------------------------- scaling
-
-
-@dataclass(frozen=True)
-class Network:
-    """A cluster network for the scaling study."""
-
-    name: str
-    bytes_per_s: float
-    latency_s: float
-
-
-#: 1 Gbit/s Ethernet at the 957 Mbit/s TCP measured on the testbed, 50 µs a message; 100 Gbit/s
-#: InfiniBand at 95% of line rate, 2 µs a message (assumptions, stated in docs/performance.md).
-NETWORKS = {
-    "1gbe": Network("1 Gb Ethernet", 0.957e9 / 8, 50e-6),
-    "100gib": Network("100 Gb InfiniBand", 0.95 * 100e9 / 8, 2e-6),
-}
-
-
-@dataclass(frozen=True)
-class Accelerator:
-    """A GPU worker for the scaling study: sustained training FLOP/s, batch per worker, and the
-    elements per second its fused codec encodes and decodes."""
-
-    flops_per_s: float = 10e12
-    batch_size: int = 64
-    codec_elements_per_s: float = 1e11
-
-    def compute_seconds(self, prof: Profile) -> float:
-        """Forward and backward of one batch: 3 x forward FLOPs."""
-        return 3 * prof.forward_flops * self.batch_size / self.flops_per_s
-
-
-def communication_ratio(
-    prof: Profile, workers: int, bytes_per_s: float, compute_seconds: float
-) -> float:
-    """Seconds of an fp32 ring all-reduce of the model's gradients over its compute seconds:
-    how far data-parallel training is held back by the network (TernGrad's regime: well
-    above 1)."""
-    return ring_bytes(4 * prof.numel, workers) / bytes_per_s / compute_seconds
-
-
-#: the GPU clusters the testbed's ratio is set beside: Ethernet at the testbed's TCP efficiency
-ETHERNET = {"1 GbE": 0.957e9 / 8, "10 GbE": 9.57e9 / 8}
-
-
-def gpu_ratios(
-    names: Sequence[str] = ("alexnet", "googlenet", "vgg-a"),
-    workers: int = 8,
-    gpu: Accelerator = Accelerator(),
-) -> dict[str, dict[str, float]]:
-    """:func:`communication_ratio` of ``workers`` GPUs (``gpu``'s FLOP/s and batch) on 1 and
-    10 GbE, per model."""
-    ratios = {}
-    for name in names:
-        prof = profile_model(name)
-        compute = gpu.compute_seconds(prof)
-        ratios[name] = {
-            link: communication_ratio(prof, workers, rate, compute)
-            for link, rate in ETHERNET.items()
-        }
-    return ratios
-
-
-def scaling(
-    prof: Profile,
-    methods: Sequence[str],
-    workers: Sequence[int],
-    network: Network,
-    gpu: Accelerator,
-) -> dict[str, list[float]]:
-    """Images per second against workers, per method (the paper's Figure 5 axes)."""
-    compute = gpu.compute_seconds(prof)
-    out: dict[str, list[float]] = {}
-    for name in methods:
-        kappa = 0.0 if name == "fp32" else 1.0 / gpu.codec_elements_per_s
-        out[name] = [
-            n * gpu.batch_size / predict(
-                prof, name, Cluster(n, network.bytes_per_s, math.inf, network.latency_s, False),
-                compute, kappa,
-            ).seconds
-            for n in workers
-        ]  # fmt: skip
-    return out
-
-
-# --------------------------------------------------------------------------- reports
-
-
-def load_summary(path: str) -> dict:
-    """A ``bench network`` results.json; ``ValueError`` with the reason if it is not one."""
-    import json
-
-    try:
-        with open(path) as f:
-            summary = json.load(f)
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not JSON ({exc.msg}, line {exc.lineno})") from None
-    needed = {"ranks", "bandwidth", "model", "compute_seconds", "methods"}
-    if not isinstance(summary, dict) or not needed <= set(summary):
-        raise ValueError(f"{path} is not the results.json of terngrad bench network")
-    return summary
-
-
-def validation_table(calibration: Calibration, checks: Sequence[Check]) -> str:
-    """The model-against-measurement table, in Markdown."""
-    lines = [
-        f"{calibration.model}, {calibration.workers} ranks; calibrated: host "
-        f"{calibration.host_bytes_per_s / 1e6:.0f} MB/s, codec "
-        + ", ".join(
-            f"{k} {v * 1e9:.2f} ns/element"
-            for k, v in calibration.codec_seconds_per_element.items()
-            if k != "fp32"
-        ),
-        "",
-        "| links | method | measured s | predicted s | error |",
-        "|---|---|---:|---:|---:|",
-    ]
-    for c in checks:
-        lines.append(
-            f"| {c.bandwidth} | {c.method} | {c.measured:.3f} | {c.predicted:.3f} | "
-            f"{100 * c.error:+.1f}% |"
-        )
-    worst = max((abs(c.error) for c in checks), default=0.0)
-    lines += ["", f"largest error: {100 * worst:.1f}% over {len(checks)} predictions"]
-    return "\n".join(lines)
-
-
-def plot_scaling(results: dict, path: Path | str) -> None:
-    """Images/s against workers: one panel per network and model, a line per method, and the
-    ideal (N x one worker's compute-only rate)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    nets, models_ = results["networks"], results["models"]
-    fig, axes = plt.subplots(
-        len(nets), len(models_), figsize=(4.2 * len(models_), 3.6 * len(nets)), squeeze=False
-    )
-    workers = results["workers"]
-    for i, net in enumerate(nets):
-        for j, name in enumerate(models_):
-            ax, panel = axes[i][j], results["images_per_second"][net][name]
-            ax.plot(workers, panel["ideal"], "k:", label="linear (no communication)")
-            for method, ys in panel["methods"].items():
-                ax.plot(workers, ys, marker="o", ms=3, label=method)
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_title(f"{name}, {NETWORKS[net].name}", fontsize=10)
-            ax.set_xlabel("workers")
-            ax.set_ylabel("images/s")
-            ax.grid(alpha=0.3, which="both")
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle("Modelled training throughput (terngrad model scale; not measured)", fontsize=11)
-    fig.tight_layout()
-    atomic_write(Path(path), lambda f: fig.savefig(f, format="png", dpi=110))
-    plt.close(fig)

@@ -1,0 +1,265 @@
+"""A bandwidth-limited cluster on one machine, for ``terngrad bench network`` and ``terngrad
+bench accuracy``.
+
+N network namespaces ``tg-r0 .. tg-r{N-1}``, one per rank, each joined by a veth pair to a
+bridge in a hub namespace ``tg-hub``, both ends of every link shaped with ``tc ... tbf`` to the
+given rate — a switch with N ports of that speed. Addresses are ``10.213.0.{r+1}/24``, inside
+these namespaces only; nothing is routed anywhere else. It needs root and iproute2; everything
+is torn down on exit, on Ctrl-C and on error, and ``terngrad bench network --cleanup`` removes
+leftovers of a killed run. :meth:`Testbed.run` starts one process per rank in its namespace
+(``python -m <module>``, torch's environment rendezvous at rank 0's address) and waits for all.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from terngrad.util import netdev
+
+PREFIX = "tg"
+SUBNET = "10.213.0"
+PORT = 29517
+BANDWIDTHS = ("100mbit", "1gbit", "10gbit", "unlimited")
+
+
+class TestbedUnavailable(RuntimeError):
+    """The machine cannot host the testbed (not root, no iproute2, no namespaces)."""
+
+
+class BenchFailed(RuntimeError):
+    """A rank failed or the run outlived its timeout (the ranks' logs say more)."""
+
+
+def rate_bits(bandwidth: str) -> int | None:
+    """Bits per second of ``100mbit``/``1gbit``/``10gbit``-style rates; ``None`` for
+    ``unlimited``; ``ValueError`` for anything else."""
+    units = {"kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
+    text = bandwidth.strip().lower()
+    if text == "unlimited":
+        return None
+    for unit, scale in units.items():
+        number = text.removesuffix(unit)
+        if number != text:
+            try:
+                value = float(number)
+            except ValueError:
+                break
+            if value > 0:
+                return int(value * scale)
+    raise ValueError(
+        f"bandwidth must be a rate such as 100mbit, 1gbit, 2.5gbit or 'unlimited', "
+        f"got {bandwidth!r}"
+    )
+
+
+def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run an ip/tc command; ``TestbedUnavailable`` with its message if it fails."""
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if check and done.returncode:
+        raise TestbedUnavailable(
+            f"'{' '.join(argv)}' failed: {done.stderr.strip() or f'exit {done.returncode}'}"
+        )
+    return done
+
+
+def _namespaces() -> list[str]:
+    out = _run("ip", "netns", "list", check=False).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def _ours(name: str, prefix: str) -> bool:
+    """True for the names this tool gives: ``{prefix}-hub`` and ``{prefix}-r<rank>``."""
+    rest = name.removeprefix(f"{prefix}-")
+    return rest != name and (rest == "hub" or (rest[:1] == "r" and rest[1:].isdigit()))
+
+
+def cleanup(prefix: str = PREFIX) -> list[str]:
+    """Delete the namespaces this tool makes (``{prefix}-hub``, ``{prefix}-r<rank>``); returns
+    the names deleted. Deleting a namespace deletes the veth ends and qdiscs in it.
+    ``TestbedUnavailable`` if one could not be deleted (not root?)."""
+    gone, failed = [], []
+    for name in _namespaces():
+        if _ours(name, prefix):
+            done = _run("ip", "netns", "delete", name, check=False)
+            (failed if done.returncode else gone).append(name)
+    if failed:
+        raise TestbedUnavailable(f"could not delete namespaces {failed} (run as root)")
+    return gone
+
+
+def check_host() -> None:
+    """``TestbedUnavailable`` naming what is missing to build the testbed here."""
+    if os.geteuid() != 0:
+        raise TestbedUnavailable(
+            "terngrad bench network needs root (it creates network namespaces and shapes "
+            "links with tc): run it with sudo, or as root in a container with CAP_NET_ADMIN"
+        )
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            raise TestbedUnavailable(
+                f"terngrad bench network needs the '{tool}' command from iproute2: install "
+                "iproute2 (Debian/Ubuntu: apt install iproute2)"
+            )
+
+
+@dataclass
+class Testbed:
+    """``ranks`` namespaces on a bridge, links shaped to ``bandwidth``; a context manager that
+    builds it on entry and always tears it down."""
+
+    ranks: int
+    bandwidth: str = "1gbit"
+    prefix: str = PREFIX
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.ranks <= 8:
+            raise ValueError(f"the testbed has 2 to 8 ranks, got {self.ranks}")
+        self.rate = rate_bits(self.bandwidth)
+
+    def namespace(self, rank: int) -> str:
+        return f"{self.prefix}-r{rank}"
+
+    def interface(self, rank: int) -> str:
+        return f"{self.prefix}v{rank}"
+
+    @staticmethod
+    def address(rank: int) -> str:
+        return f"{SUBNET}.{rank + 1}"
+
+    def __enter__(self) -> Testbed:
+        check_host()
+        if any(_ours(name, self.prefix) for name in _namespaces()):
+            raise TestbedUnavailable(
+                f"namespaces {self.prefix}-* already exist (another run, or a killed one): "
+                "remove them with 'terngrad bench network --cleanup'"
+            )
+        self._signals = {
+            sig: signal.signal(sig, self._interrupted) for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+        try:
+            self._build()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._restore_signals()
+        cleanup(self.prefix)
+
+    def _restore_signals(self) -> None:
+        for sig, handler in getattr(self, "_signals", {}).items():
+            signal.signal(sig, handler)
+        self._signals = {}
+
+    def _interrupted(self, signum: int, frame: Any) -> None:
+        self._restore_signals()  # a second signal during the teardown acts as usual
+        cleanup(self.prefix)
+        raise KeyboardInterrupt(f"signal {signum}: testbed removed")
+
+    def _shape(self, namespace: str, device: str) -> None:
+        if self.rate is None:
+            return
+        burst = max(self.rate // 8 // 100, 65536)  # 10 ms of traffic, at least 64 KB
+        _run("ip", "netns", "exec", namespace, "tc", "qdisc", "add", "dev", device, "root",
+             "tbf", "rate", str(self.rate), "burst", str(burst), "latency", "50ms")  # fmt: skip
+
+    def _build(self) -> None:
+        hub = f"{self.prefix}-hub"
+        _run("ip", "netns", "add", hub)
+        _run("ip", "-n", hub, "link", "add", "br0", "type", "bridge")
+        _run("ip", "-n", hub, "link", "set", "br0", "up")
+        for r in range(self.ranks):
+            ns, inner, outer = self.namespace(r), self.interface(r), f"{self.prefix}p{r}"
+            _run("ip", "netns", "add", ns)
+            _run("ip", "link", "add", inner, "netns", ns, "type", "veth", "peer", "name",
+                 outer, "netns", hub)  # fmt: skip
+            _run("ip", "-n", ns, "addr", "add", f"{self.address(r)}/24", "dev", inner)
+            _run("ip", "-n", ns, "link", "set", inner, "up")
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+            _run("ip", "-n", hub, "link", "set", outer, "master", "br0")
+            _run("ip", "-n", hub, "link", "set", outer, "up")
+            self._shape(ns, inner)
+            self._shape(hub, outer)
+
+    def launch(
+        self,
+        rank: int,
+        argv: Sequence[str],
+        log: Path,
+        module: str = "terngrad.bench.network",
+        port: int = PORT,
+    ) -> subprocess.Popen:
+        """Start ``python -m <module> <argv>`` as rank ``rank`` in its namespace, its output
+        into ``log``; ``torch.distributed``'s environment rendezvous at rank 0's address and
+        ``port`` (``LOCAL_WORLD_SIZE``: every rank shares this machine's cores)."""
+        env = {
+            **os.environ,
+            "MASTER_ADDR": self.address(0),
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "WORLD_SIZE": str(self.ranks),
+            "LOCAL_WORLD_SIZE": str(self.ranks),
+            "GLOO_SOCKET_IFNAME": self.interface(rank),
+            netdev.INTERFACE_ENV: self.interface(rank),
+            "OMP_NUM_THREADS": "1",
+        }
+        cmd = ["ip", "netns", "exec", self.namespace(rank), sys.executable, "-m", module,
+               *argv]  # fmt: skip
+        with log.open("w") as out:  # the child keeps its own descriptor
+            return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        logs: Path,
+        timeout: float,
+        module: str = "terngrad.bench.network",
+        port: int = PORT,
+        tick: Callable[[], None] | None = None,
+    ) -> None:
+        """Every rank runs ``python -m <module> <argv>`` (:meth:`launch`; logs
+        ``logs/rank<r>.log``) until all have finished, calling ``tick`` now and then;
+        ``BenchFailed`` when one fails or ``timeout`` seconds pass, the others killed."""
+        procs: list[subprocess.Popen] = []
+        try:
+            for r in range(self.ranks):
+                procs.append(self.launch(r, argv, logs / f"rank{r}.log", module, port))
+            wait_all(procs, time.monotonic() + timeout, logs, tick)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        failed = [r for r, p in enumerate(procs) if p.returncode != 0]
+        if failed:
+            raise BenchFailed(f"ranks {failed} failed; their logs: {logs}/rank*.log")
+
+
+def wait_all(
+    procs: list[subprocess.Popen],
+    deadline: float,
+    out: Path,
+    tick: Callable[[], None] | None = None,
+) -> None:
+    """Wait for every rank, calling ``tick`` now and then (progress); ``BenchFailed`` as soon
+    as one fails or the deadline passes (the others would otherwise wait for it until gloo's
+    timeout)."""
+    while any(p.poll() is None for p in procs):
+        if tick is not None:
+            tick()
+        failed = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
+        if failed:
+            raise BenchFailed(f"ranks {failed} failed; their logs: {out}/rank*.log")
+        if time.monotonic() > deadline:
+            raise BenchFailed(f"the ranks did not finish in time; their logs: {out}/rank*.log")
+        time.sleep(0.2)

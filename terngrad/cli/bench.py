@@ -1,0 +1,258 @@
+"""``terngrad bench``: ``quantizers`` (every quantizer on one gradient), ``codec`` (encode and
+decode cost against the memory floor), ``network`` (step time of each method on a shaped
+cluster) and ``accuracy`` (time to a target accuracy on it)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from terngrad import __version__, quantize
+from terngrad.cli.flags import Deprecated, add_settings, positive_float, positive_int
+from terngrad.util.files import atomic_write_text
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    from terngrad.bench.accuracy import DEFAULT_METHODS as ACCURACY_METHODS
+    from terngrad.bench.network import DEFAULT_METHODS as NETWORK_METHODS
+    from terngrad.bench.testbed import BANDWIDTHS
+    from terngrad.comm import Options
+    from terngrad.train import methods, models
+    from terngrad.train.config import TrainConfig
+
+    p = sub.add_parser("bench", help="benchmarks")
+    bench = p.add_subparsers(dest="bench", required=True)
+    b = bench.add_parser("quantizers", help="every quantizer on one gradient")
+    b.add_argument("--numel", type=positive_int, default=1_000_000, help="gradient size")
+    b.add_argument("--seed", type=int, default=0, help="random seed")
+    b.add_argument("--repeats", type=positive_int, default=3, help="timing repeats")
+    b.set_defaults(func=quantizers)
+
+    b = bench.add_parser("codec", help="encode/decode/owner-sum time against tensor.half()")
+    b.add_argument(
+        "--sizes",
+        type=positive_int,
+        nargs="+",
+        default=[1_000_000, 25_000_000],
+        help="tensor sizes (1000000 25000000)",
+    )
+    b.add_argument("--repeats", type=positive_int, default=5, help="timed calls (median)")
+    b.add_argument(
+        "--workers",
+        type=positive_int,
+        default=4,
+        help="workers of the exchange whose payloads the shard owner sums (4)",
+    )
+    b.add_argument(
+        "--kernels",
+        nargs="+",
+        choices=("numba", "torch"),
+        default=["numba", "torch"],
+        help="kernel backends to time (numba: fused; torch: the reference)",
+    )
+    b.add_argument(
+        "--quantizers",
+        nargs="*",
+        default=quantize.names(),
+        metavar="NAME",
+        help="quantizers whose public encode/decode are timed (all; none: give the flag alone)",
+    )
+    b.add_argument("--json", help="also write the rows to this JSON file")
+    b.set_defaults(func=codec)
+
+    rates = f"link rate: {', '.join(BANDWIDTHS)} or any NNmbit/NNgbit"
+    b = bench.add_parser(
+        "network", help="step time of each method on a bandwidth-limited cluster of namespaces"
+    )
+    b.add_argument("--workers", type=positive_int, default=4, help="processes, 2 to 8 (4)")
+    b.add_argument(
+        "--ranks",
+        type=positive_int,
+        dest="workers",
+        action=Deprecated,
+        new="--workers",
+        help=argparse.SUPPRESS,
+    )
+    b.add_argument("--bandwidth", default="1gbit", help=f"{rates} (1gbit)")
+    b.add_argument("--model", default="alexnet", choices=models.names())
+    b.add_argument(
+        "--methods",
+        nargs="+",
+        default=list(NETWORK_METHODS),
+        metavar="METHOD",
+        help=f"({' '.join(NETWORK_METHODS)}); any of: {', '.join(methods.METHODS)}",
+    )
+    b.add_argument("--batch-size", type=positive_int, default=8, help="examples per rank (8)")
+    b.add_argument(
+        "--input-shape",
+        type=positive_int,
+        nargs=3,
+        metavar=("C", "H", "W"),
+        help="the synthetic images' shape (the model's own: 3 224 224 for alexnet, 3 32 32 for "
+        "cifarnet; Fashion-MNIST's is 1 28 28)",
+    )
+    b.add_argument("--steps", type=positive_int, default=5, help="timed steps per method")
+    b.add_argument("--warmup", type=positive_int, default=3, help="untimed steps first")
+    b.add_argument(
+        "--time-limit", type=positive_float, default=1800.0, help="seconds for it all (1800)"
+    )
+    b.add_argument(
+        "--timeout",
+        type=positive_float,
+        dest="time_limit",
+        action=Deprecated,
+        new="--time-limit",
+        help=argparse.SUPPRESS,
+    )
+    b.add_argument("--out", default="runs/network", help="folder for results.json, speedup.png")
+    b.add_argument("--cleanup", action="store_true", help="remove a killed run's namespaces")
+    b.set_defaults(func=network)
+
+    b = bench.add_parser(
+        "accuracy",
+        help="time to a target accuracy on a bandwidth-limited cluster, every method in turn",
+    )
+    groups = add_settings(
+        b,
+        TrainConfig,
+        defaults={"eval_every": 100},
+        exclude=(
+            "out",
+            "baseline",
+            "workers_threads",
+            "checkpoint_every",
+            "keep_checkpoints",
+            "max_skipped_steps",
+            "check_replicas_every",
+            "timeout",
+        ),
+    )
+    add_settings(b, Options, only=("quantize_last", "min_numel"), groups=groups)
+    g = b.add_argument_group("comparison")
+    g.add_argument("--bandwidth", default="100mbit", help=f"{rates} (100mbit)")
+    g.add_argument(
+        "--methods",
+        nargs="+",
+        default=list(ACCURACY_METHODS),
+        metavar="METHOD",
+        help=f"in this order ({' '.join(ACCURACY_METHODS)}); any of: {', '.join(methods.METHODS)}",
+    )
+    g.add_argument("--target", type=float, required=True, help="test accuracy to reach, in percent")
+    g.add_argument(
+        "--predict-with",
+        nargs=2,
+        metavar=("UNSHAPED", "SHAPED"),
+        help="results.json of terngrad bench network runs (--bandwidth unlimited, and this "
+        "bandwidth; same model, workers, --batch-size): the model's time to target beside the "
+        "measurement",
+    )
+    g.add_argument(
+        "--time-limit", type=positive_float, default=3600.0, help="seconds per method (3600)"
+    )
+    g.add_argument(
+        "--timeout",
+        type=positive_float,
+        dest="time_limit",
+        action=Deprecated,
+        new="--time-limit",
+        help=argparse.SUPPRESS,
+    )
+    g.add_argument("--out", default="runs/accuracy", help="output folder (runs/accuracy)")
+    g.add_argument(
+        "--report-only",
+        action="store_true",
+        help="train nothing: write the report of the methods already trained in --out again "
+        "(another --target, say; no root needed)",
+    )
+    b.set_defaults(func=accuracy)
+
+
+def quantizers(args: argparse.Namespace) -> int:
+    from terngrad.bench.quantizers import report
+
+    print(f"terngrad {__version__}: " + report(args.numel, args.seed, args.repeats))
+    return 0
+
+
+def codec(args: argparse.Namespace) -> int:
+    from terngrad.bench import codec as bench_codec
+
+    rows = []
+    for numel in args.sizes:
+        print(f"measuring {numel:,} elements ...", file=sys.stderr, flush=True)
+        rows += bench_codec.measure(
+            numel, args.repeats, args.workers, kernels=args.kernels, quantizers=args.quantizers
+        )
+    print(f"on {bench_codec.cpu_name()}, {torch.get_num_threads()} threads")
+    print(bench_codec.table(rows))
+    if args.json:
+        result = {"cpu": bench_codec.cpu_name(), "threads": torch.get_num_threads(), "rows": rows}
+        atomic_write_text(Path(args.json), json.dumps(result, indent=2) + "\n")
+        print(f"Written: {args.json}")
+    return 0
+
+
+def network(args: argparse.Namespace) -> int:
+    from terngrad.bench import network as bench_network
+    from terngrad.bench import testbed
+
+    if args.cleanup:
+        gone = testbed.cleanup()
+        print(f"removed {len(gone)} namespace(s): {', '.join(gone) or 'none'}")
+        return 0
+    testbed.rate_bits(args.bandwidth)  # a bad rate fails here, before anything is built
+    print(
+        f"building {args.workers} namespaces with {args.bandwidth} links; {args.model}, "
+        f"{len(args.methods)} methods x {args.warmup} + {args.steps} steps ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    summary = bench_network.run(
+        args.workers,
+        args.bandwidth,
+        args.model,
+        args.methods,
+        Path(args.out),
+        batch_size=args.batch_size,
+        steps=args.steps,
+        warmup=args.warmup,
+        timeout=args.time_limit,
+        input_shape=args.input_shape,
+    )
+    print(bench_network.table(summary))
+    print(f"Written: {args.out}/results.json, {args.out}/speedup.png")
+    return 0
+
+
+def accuracy(args: argparse.Namespace) -> int:
+    from terngrad.bench import accuracy as bench_accuracy
+    from terngrad.cli.flags import given
+    from terngrad.comm import Options
+    from terngrad.train import comparison, run_folder
+    from terngrad.train.config import TrainConfig
+
+    settings = given(args, TrainConfig)
+    exchange = Options(**given(args, Options, exclude=("seed", "timeout")))
+    base = TrainConfig(**settings, out=args.out, keep_checkpoints=1, exchange=exchange)
+    plan = bench_accuracy.AccuracyComparison(
+        base,
+        tuple(args.methods),
+        args.bandwidth,
+        args.target / 100,
+        args.time_limit,
+        predict_with=tuple(args.predict_with) if args.predict_with else None,
+    )
+    out = Path(args.out)
+    if args.report_only:
+        with run_folder.claim(out):
+            text = comparison.report_only(plan, out)
+    else:  # every bad input fails in the plan's checks first: one line, status 2
+        text = comparison.run(plan, out, echo=lambda line: print(line, file=sys.stderr, flush=True))
+    print(text)
+    print(bench_accuracy.speedup_goal(json.loads((out / "results.json").read_text())))
+    print(f"Written: {out}/results.json, {out}/results.md, {out}/time-to-accuracy.png")
+    return 0

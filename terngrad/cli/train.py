@@ -1,0 +1,101 @@
+"""``terngrad train`` (one run with N workers) and ``terngrad demo`` (LeNet on MNIST, fp32
+against TernGrad). The training flags are made from :class:`~terngrad.train.config.TrainConfig`
+and :class:`~terngrad.comm.Options` (:mod:`terngrad.cli.flags`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from terngrad.cli.flags import (
+    add_exchange_flags,
+    add_settings,
+    exchange_options,
+    given,
+    non_negative_int,
+    positive_int,
+)
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    from terngrad.train.config import TrainConfig
+
+    p = sub.add_parser("demo", help="LeNet on MNIST, 4 workers, fp32 against TernGrad")
+    p.add_argument("--steps", type=positive_int, default=800, help="steps per run (800)")
+    p.add_argument("--out", default="runs/demo", help="output folder (runs/demo)")
+    p.set_defaults(func=demo)
+
+    p = sub.add_parser("train", help="train a model with N workers")
+    groups = add_settings(p, TrainConfig, exclude=("out",))
+    add_exchange_flags(p, groups)
+    g = groups.setdefault("output", p.add_argument_group("output"))
+    g.add_argument("--out", required=True, help="output folder (resumes from its checkpoint)")
+    g.add_argument("--resume", help="start from this checkpoint file (default: --out's newest)")
+    g.add_argument("--quiet", action="store_true", help="no progress line")
+    g = p.add_argument_group("cluster (torchrun)")
+    g.add_argument(
+        "--max-restarts",
+        type=non_negative_int,
+        default=0,
+        help="torchrun: restarts of failed workers, which resume (0)",
+    )
+    g.add_argument("--nnodes", type=positive_int, default=1, help="machines (1)")
+    g.add_argument("--node-rank", type=non_negative_int, help="this machine's rank")
+    g.add_argument("--rdzv-endpoint", help="HOST:PORT of the rendezvous")
+    p.set_defaults(func=train)
+
+
+def config(args: argparse.Namespace, **fixed: Any):
+    """The run's :class:`~terngrad.train.config.TrainConfig` from the training flags (and
+    ``fixed`` settings of the command), checked where it is made."""
+    from terngrad.train.config import TrainConfig
+
+    settings = {**given(args, TrainConfig), **fixed}
+    return TrainConfig(**settings, exchange=exchange_options(args))
+
+
+def train(args: argparse.Namespace) -> int:
+    from terngrad.train.launch import launch
+
+    cfg = config(args, out=args.out, progress=not args.quiet)
+    summary = launch(
+        cfg,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        rdzv_endpoint=args.rdzv_endpoint,
+        resume=args.resume,
+        max_restarts=args.max_restarts,
+    )
+    if summary:
+        sent = (
+            f"{summary['bytes_sent_per_rank'] / 1e6:.2f} MB sent by rank 0 "
+            f"({summary['bytes_sent_per_step']:,.0f} bytes a step)"
+            if summary["bytes_sent_per_rank"] is not None
+            else f"PyTorch's {cfg.baseline} averaging (bytes not counted outside the testbed)"
+        )
+        score = (
+            f"validation {summary['bits_per_char']:.3f} bits/char"
+            if "bits_per_char" in summary
+            else f"test accuracy {100 * summary['accuracy']:.2f}%"
+        )
+        print(
+            f"{score} after {cfg.steps} steps; {sent}; "
+            f"{summary['seconds']:.0f} s; outputs in {cfg.out}/ (metrics.jsonl, summary.json, "
+            "checkpoint-*.pt, curves.png)"
+        )
+    return 0
+
+
+def demo(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from terngrad.train import comparison, experiments
+
+    print(
+        f"terngrad demo: LeNet on MNIST, 4 workers, {args.steps} steps each, fp32 and then "
+        "TernGrad (sharded exchange), on this machine's cores\n",
+        flush=True,
+    )
+    print(comparison.run(experiments.demo(args.out, args.steps), Path(args.out)))
+    print(f"Plot: {args.out}/curves.png; per-run outputs in {args.out}/*/")
+    return 0

@@ -1,0 +1,234 @@
+"""A training run's settings: :class:`TrainConfig`, checked once where it is made, written into
+every output (:meth:`~TrainConfig.to_dict`) and read back from this version's files and older
+ones' (:meth:`~TrainConfig.from_dict`).
+
+Each field is a :func:`~terngrad.util.settings.setting`: its default, help, group and range are
+written here once, and ``terngrad train``'s flags are made from them (:mod:`terngrad.cli.flags`).
+The run's ``seed`` (initial weights, data order, every random draw of the exchange) and
+``timeout`` (every collective's wait) are the run's own, so a PyTorch baseline takes its data
+order from the run, not from the hook's options; :attr:`TrainConfig.hook_options` hands them to
+the hook.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from terngrad.comm import Options
+from terngrad.comm.options import MAX_TIMEOUT
+from terngrad.train import baselines, models, schedule
+from terngrad.train import data as datasets
+from terngrad.util.differences import differences
+from terngrad.util.settings import (
+    FRACTION,
+    INT64,
+    NON_NEGATIVE,
+    NON_NEGATIVE_INT,
+    POSITIVE,
+    POSITIVE_INT,
+    Range,
+    check_settings,
+    setting,
+)
+
+DEFAULT_TIMEOUT = 300.0  # seconds any collective of a training run may wait
+DEFAULT_BATCH = 64  # examples per worker unless a batch size is given
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
+SCHEDULES = schedule.SCHEDULES
+#: fields that may change when a run is resumed (extending it, evaluating more often, moving it)
+RESUMABLE_CHANGES = (
+    "out", "steps", "eval_every", "workers_threads", "progress", "kernels", "checkpoint_every",
+    "keep_checkpoints", "max_skipped_steps", "check_replicas_every", "timeout",
+)  # fmt: skip
+#: settings that may differ between the nodes of one run (paths, threads, what is printed)
+PER_NODE = ("out", "data_dir", "workers_threads", "progress", "kernels")
+#: the exchange's options that a training run sets itself (:attr:`TrainConfig.hook_options`)
+RUN_LEVEL = ("seed", "timeout")
+
+_SECONDS = Range(float, lambda v: 0 < v <= MAX_TIMEOUT, "a positive number of seconds, at most "
+                 f"{MAX_TIMEOUT:.0f} (a year)")  # fmt: skip
+
+
+def default_dataset(model: str) -> str:
+    """The data set a model trains on unless told: pydoc for a language model, else MNIST."""
+    return "pydoc" if models.is_language_model(model) else "mnist"
+
+
+def check_pairing(model: str, dataset: str) -> None:
+    """``ValueError`` unless a language model reads a text data set and an image model images."""
+    if models.is_language_model(model) == datasets.is_text(dataset):
+        return
+    if models.is_language_model(model):
+        raise ValueError(
+            f"{model} is a language model: give it a text data set ({', '.join(datasets.TEXT)}), "
+            f"not {dataset}"
+        )
+    raise ValueError(f"{dataset} is text: train a language model on it (gpt), not {model}")
+
+
+_MODEL, _WORKERS, _OPT, _OUT, _RELY, _RUN = (
+    "model and data", "workers", "optimisation", "output", "reliability", "run",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines a training run (JSON-serialisable, stored in every output)."""
+
+    out: str = setting(help="output folder (resumes from its checkpoint)", group=_OUT)
+    model: str = setting("lenet", "the network", _MODEL, choices=models.names)
+    #: ``None``: the model's own (:func:`default_dataset`)
+    dataset: str | None = setting(None, "(default: the model's own: mnist; gpt: pydoc)", _MODEL,
+                                  choices=datasets.names)  # fmt: skip
+    data_dir: str | None = setting(None, "folder of the data set's files (CIFAR-10: required)",
+                                   _MODEL)  # fmt: skip
+    workers: int = setting(4, "processes (total)", _WORKERS, POSITIVE_INT)
+    #: how gradients are exchanged (its seed and timeout are the run's: :attr:`hook_options`)
+    exchange: Options = field(default_factory=Options)
+    baseline: str | None = setting(
+        None,
+        "PyTorch's own averaging instead of terngrad's hook: DDP's fp32 all-reduce, "
+        "fp16_compress_hook, or powerSGD_hook (rank 2, one bucket); the exchange flags are "
+        "then unused",
+        "baseline",
+        choices=lambda: baselines.BASELINES,
+    )
+    optimizer: str = setting("momentum", "", _OPT, choices=lambda: OPTIMIZERS)
+    lr: float = setting(0.01, "learning rate", _OPT, POSITIVE)
+    momentum: float = setting(0.9, "[0, 1)", _OPT, FRACTION)
+    weight_decay: float = setting(0.0, "", _OPT, NON_NEGATIVE)
+    lr_schedule: str = setting("constant", "", _OPT, choices=lambda: SCHEDULES)
+    lr_power: float = setting(0.5, "poly schedule power", _OPT, POSITIVE)
+    #: a linear warm-up from lr/10 over this many first steps, or epochs (give one; 0: none)
+    warmup_steps: int = setting(0, "linear warm-up from lr/10 over the first N steps", _OPT,
+                                NON_NEGATIVE_INT)  # fmt: skip
+    warmup_epochs: float = setting(
+        0.0, "the same warm-up, in epochs of the training set (the ORQ paper: 5)", _OPT,
+        NON_NEGATIVE,
+    )  # fmt: skip
+    #: examples per worker; ``None`` with no total either: :data:`DEFAULT_BATCH`
+    batch_size: int | None = setting(None, f"per worker (default {DEFAULT_BATCH})", _OPT,
+                                     POSITIVE_INT)  # fmt: skip
+    total_batch_size: int | None = setting(None, "split over the workers", _OPT, POSITIVE_INT)
+    steps: int = setting(1000, "", _OPT, POSITIVE_INT)
+    eval_every: int = setting(500, "steps between evaluations", _OPT, POSITIVE_INT)
+    dropout: float | None = setting(
+        None, "dropout ratio of the model's dropout layers, [0, 1)", _MODEL, FRACTION
+    )
+    workers_threads: int | None = setting(
+        None, "torch threads per worker (default: cores / workers on this machine)", _WORKERS,
+        POSITIVE_INT,
+    )  # fmt: skip
+    progress: bool = setting(True, "a progress line", _OUT, flag="")  # the CLI's --quiet
+    checkpoint_every: int | None = setting(
+        None, "steps between checkpoints (default: --eval-every)", _RELY, POSITIVE_INT
+    )
+    keep_checkpoints: int = setting(3, "newest checkpoints kept", _RELY, POSITIVE_INT)
+    max_skipped_steps: int = setting(
+        10, "consecutive NaN/Inf steps before training stops", _RELY, POSITIVE_INT
+    )
+    check_replicas_every: int = setting(
+        100, "steps between replica checksum checks, 0 never", _RELY, NON_NEGATIVE_INT
+    )
+    seed: int = setting(
+        0, "seed of the run: initial weights, data order, every random draw", _RUN, INT64
+    )
+    timeout: float = setting(
+        DEFAULT_TIMEOUT, "seconds a collective may wait for a dead or stuck rank", _RUN, _SECONDS
+    )
+
+    def __post_init__(self) -> None:
+        def fail(message: str) -> None:
+            raise ValueError(message)
+
+        models.default_input_shape(self.model)  # raises for an unknown model
+        if self.dataset is None:
+            object.__setattr__(self, "dataset", default_dataset(self.model))
+        check_settings(self)
+        check_pairing(self.model, self.dataset)
+        if not isinstance(self.exchange, Options):
+            fail(f"exchange must be a terngrad.ddp.Options, got {type(self.exchange).__name__}")
+        if self.exchange.seed != 0 or self.exchange.timeout is not None:
+            fail(
+                "a run's seed and timeout are its own: give TrainConfig(seed=..., timeout=...), "
+                "not the exchange's"
+            )
+        if self.warmup_steps and self.warmup_epochs:
+            fail("give warmup-steps or warmup-epochs, not both")
+        if self.batch_size is not None and self.total_batch_size is not None:
+            fail("give one of batch-size (per worker) and total-batch-size, not both")
+        if self.batch_size is None and self.total_batch_size is None:
+            object.__setattr__(self, "batch_size", DEFAULT_BATCH)
+        if self.total_batch_size is not None and self.total_batch_size % self.workers:
+            fail(
+                f"total-batch-size {self.total_batch_size} does not split evenly over "
+                f"{self.workers} workers"
+            )
+        if not isinstance(self.out, str) or not self.out.strip():
+            fail(f"out must name a folder, got {self.out!r}")
+
+    @property
+    def method(self) -> str:
+        """How gradients are averaged, in a word: the baseline's name or the quantizer's."""
+        return self.baseline or self.exchange.quantizer
+
+    @property
+    def worker_batch(self) -> int:
+        """Examples per worker per step."""
+        if self.batch_size is not None:
+            return self.batch_size
+        assert self.total_batch_size is not None
+        return self.total_batch_size // self.workers
+
+    @property
+    def hook_options(self) -> Options:
+        """The options the hook runs with: the exchange's, with the run's seed and timeout."""
+        return self.exchange.replace(seed=self.seed, timeout=self.timeout)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable: the exchange's options nested under ``exchange``."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        exchange = {k: v for k, v in self.exchange.to_dict().items() if k not in RUN_LEVEL}
+        return {**values, "exchange": exchange}
+
+    def settings(self) -> dict[str, Any]:
+        """Every setting by its one name (the exchange's beside the run's: no name is both)."""
+        own = self.to_dict()
+        return {**own.pop("exchange"), **own}
+
+    def diff(self, other: TrainConfig, ignore: Collection[str] = ()) -> list[str]:
+        """How ``other`` differs from this run: ``name=<other> instead of <this>``."""
+        return differences(self.settings(), other.settings(), ignore)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        """A copy with ``changes``, checked like a new one."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        """The config :meth:`to_dict` wrote, or an older version's: the flat layout of terngrad
+        0.1 (the exchange's options beside the run's) and the seed and timeout kept in the
+        exchange's options before they became the run's."""
+        values = dict(values)
+        exchange = dict(values.pop("exchange", {}))
+        for name in _LEGACY_EXCHANGE_FIELDS:
+            if name in values:
+                exchange[name] = values.pop(name)
+        if "keep_last_fp32" in values:
+            exchange["quantize_last"] = not values.pop("keep_last_fp32")
+        for name in RUN_LEVEL:
+            if name in exchange:
+                moved = exchange.pop(name)
+                if moved is not None:
+                    values.setdefault(name, moved)
+        return cls(**values, exchange=Options(**exchange))
+
+
+#: options that were fields of TrainConfig itself before the exchange's options object
+_LEGACY_EXCHANGE_FIELDS = (
+    "quantizer", "quantizer_options", "topology", "kernels", "policy", "error_feedback",
+    "min_numel",
+)  # fmt: skip

@@ -1,0 +1,215 @@
+"""Starting a training run: ``launch(config)`` checks everything that can be checked before a
+process starts, holds the run's folder (:func:`terngrad.train.run_folder.claim`), and starts
+``config.workers`` processes on this machine (forked from a preloaded server, gloo over
+loopback) or, with ``nnodes``/``rdzv_endpoint``, hands them to ``torchrun``'s elastic agent for
+a real cluster. Each process runs :func:`terngrad.train.loop.train_worker`.
+
+``python -m terngrad.train.launch CONFIG`` is one worker started by torchrun, or by the testbed
+of :mod:`terngrad.bench.accuracy` (environment rendezvous); CONFIG is the run folder's
+``config.json`` (:func:`terngrad.train.run_folder.write_run_config`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import multiprocessing
+import os
+import socket
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from terngrad import kernels
+from terngrad.quantize.levels import LevelQuantizer
+from terngrad.train import checkpoints, run_folder
+from terngrad.train import data as datasets
+from terngrad.train.config import TrainConfig
+from terngrad.train.loop import train_worker
+from terngrad.train.setup import load_data
+
+#: processes one machine may run per core: beyond, the ranks mostly wait on each other
+MAX_WORKERS_PER_CORE = 8
+#: seconds the other workers get to stop after one failed, before SIGTERM, then as many
+#: before SIGKILL (a stopped or stuck process takes no SIGTERM; torch waits 30 s by default)
+STOP_GRACE = 2.0
+
+
+def check_launch(
+    cfg: TrainConfig, nnodes: int = 1, node_rank: int | None = None,
+    rdzv_endpoint: str | None = None, max_restarts: int = 0,
+) -> None:  # fmt: skip
+    """The checks of a launch that need neither the data nor the folder."""
+    if max_restarts and nnodes == 1 and rdzv_endpoint is None:
+        raise ValueError(
+            "--max-restarts needs torchrun's agent (--nnodes or --rdzv-endpoint); on one "
+            "machine, run the same command again to resume"
+        )
+    if cfg.workers % nnodes:
+        raise ValueError(f"--workers {cfg.workers} does not split evenly over {nnodes} nodes")
+    if node_rank is not None and not 0 <= node_rank < nnodes:
+        raise ValueError(
+            f"--node-rank {node_rank} is not a node of a {nnodes}-node run: give 0 to {nnodes - 1}"
+        )
+    local, cores = cfg.workers // nnodes, os.cpu_count() or 1
+    if local > MAX_WORKERS_PER_CORE * cores:
+        raise ValueError(
+            f"--workers {cfg.workers} would start {local} processes on this machine's {cores} "
+            f"cores (at most {MAX_WORKERS_PER_CORE * cores}: {MAX_WORKERS_PER_CORE} a core); "
+            "spread them over machines with --nnodes"
+        )
+    if rdzv_endpoint is not None:
+        host, _, port = rdzv_endpoint.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(
+                f"--rdzv-endpoint {rdzv_endpoint!r} is not HOST:PORT (a port from 1 to 65535)"
+            )
+    if cfg.exchange.kernels == "triton" and cfg.baseline is None:
+        raise ValueError(
+            "--kernels triton runs on CUDA tensors, and terngrad train trains on the CPU: "
+            "use --kernels auto, numba or torch"
+        )
+
+
+def check_data(cfg: TrainConfig) -> None:
+    """The data set is there, and each worker's shard holds at least one batch."""
+    data = load_data(cfg, synthetic_size=1)
+    size = datasets.SYNTHETIC_SIZE if cfg.dataset == "synthetic" else data.train_size
+    shard = size // cfg.workers
+    if cfg.worker_batch > shard:
+        raise ValueError(
+            f"a batch of {cfg.worker_batch} per worker is larger than each worker's shard of "
+            f"{cfg.dataset} ({shard} of its {size} training examples, over {cfg.workers} "
+            f"workers): give a batch of at most {shard}, or fewer workers"
+        )
+
+
+def warm_up_kernels(configs: list[TrainConfig]) -> None:
+    """Compile the fused kernels the runs will use once, here, so that every worker loads them
+    from numba's cache instead of compiling them at its first step."""
+    hooked = [c for c in configs if c.baseline is None and c.exchange.kernels in ("auto", "numba")]
+    if hooked:
+        levels = any(isinstance(c.exchange.make_quantizer(), LevelQuantizer) for c in hooked)
+        kernels.warm_up(levels=levels)
+
+
+def launch(
+    cfg: TrainConfig,
+    *,
+    nnodes: int = 1,
+    node_rank: int | None = None,
+    rdzv_endpoint: str | None = None,
+    resume: str | None = None,
+    max_restarts: int = 0,
+) -> dict[str, Any] | None:
+    """Train with ``cfg.workers`` processes on this machine, or hand them to torchrun's agent
+    when ``nnodes > 1`` or a rendezvous endpoint is given (it restarts the workers up to
+    ``max_restarts`` times when one fails; they resume from the newest checkpoint). Starts from
+    checkpoint ``resume`` if given, else from the newest in ``cfg.out``. Every check runs
+    before anything is written; the run holds ``cfg.out`` until it ends. Returns rank 0's
+    summary (``None`` on the other nodes of a cluster)."""
+    check_launch(cfg, nnodes, node_rank, rdzv_endpoint, max_restarts)
+    check_data(cfg)  # a missing data set fails here, once, with its one-line message
+    run_folder.prepare_out(cfg, resume)
+    lock = run_folder.LOCK if nnodes == 1 else f".terngrad.{socket.gethostname()}.lock"
+    with run_folder.claim(Path(cfg.out), lock=lock):
+        run_folder.prepare_out(cfg, resume)  # again, now that no other run can change it
+        run_folder.remove_leftovers(Path(cfg.out))
+        run_folder.seed_metrics(cfg, resume)
+        config_file = run_folder.write_run_config(cfg, resume)
+        warm_up_kernels([cfg])
+        if nnodes == 1 and rdzv_endpoint is None:
+            with tempfile.TemporaryDirectory() as folder:
+                _spawn(cfg, folder, resume)
+                return json.loads(Path(folder, "summary.json").read_text())
+        from torch.distributed import run as torchrun
+
+        args = [
+            f"--nnodes={nnodes}",
+            f"--nproc-per-node={cfg.workers // nnodes}",
+            f"--max-restarts={max_restarts}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={rdzv_endpoint or '127.0.0.1:29400'}",
+        ]
+        if node_rank is not None:
+            args.append(f"--node-rank={node_rank}")
+        torchrun.main([*args, "-m", __name__, str(config_file)])
+        summary = Path(cfg.out) / "summary.json"
+        return json.loads(summary.read_text()) if summary.exists() else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _threads(cfg: TrainConfig, local_workers: int) -> int:
+    return cfg.workers_threads or max(1, (os.cpu_count() or 1) // local_workers)
+
+
+def _spawned_worker(
+    rank: int, cfg: TrainConfig, port: int, folder: str, resume: str | None
+) -> None:
+    torch.set_num_threads(_threads(cfg, cfg.workers))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",  # loopback: nothing outside this machine joins
+        rank=rank,
+        world_size=cfg.workers,
+        timeout=datetime.timedelta(seconds=cfg.timeout),
+    )
+    try:
+        summary = train_worker(cfg, resume)
+    finally:
+        dist.destroy_process_group()
+    if summary is not None:
+        Path(folder, "summary.json").write_text(json.dumps(summary))
+
+
+def _spawn(cfg: TrainConfig, folder: str, resume: str | None) -> None:
+    """``torch.multiprocessing.spawn``, but workers that do not stop are killed within
+    ``2 * STOP_GRACE`` seconds once one has failed (and torch's warnings about it are kept
+    quiet: the CLI says it in one line)."""
+    log = logging.getLogger("torch.multiprocessing.spawn")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        # a fork server that has imported torch, terngrad and the plots (rank 0 draws the
+        # curves) once, for every launch of this process: each worker is forked from it at
+        # once instead of importing torch anew (seconds a worker); the server is a fresh
+        # interpreter, so no thread of this process is ever forked
+        multiprocessing.set_forkserver_preload([__name__, "terngrad.train.report"])
+        context = torch.multiprocessing.start_processes(
+            _spawned_worker, args=(cfg, _free_port(), folder, resume), nprocs=cfg.workers,
+            join=False, start_method="forkserver",
+        )  # fmt: skip
+        while not context.join(grace_period=STOP_GRACE):
+            pass
+    finally:
+        log.setLevel(level)
+
+
+def _torchrun_worker(config_file: str) -> None:
+    """Entry point of a worker that torchrun (or the testbed) started: environment
+    rendezvous."""
+    cfg, resume = run_folder.read_run_config(config_file)
+    # a restarted worker (torchrun --max-restarts) goes on from the newest checkpoint
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    restarted = restarted and checkpoints.latest(Path(cfg.out)) is not None
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", cfg.workers))
+    torch.set_num_threads(_threads(cfg, local))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=cfg.timeout))
+    try:
+        train_worker(cfg, None if restarted else resume)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    _torchrun_worker(sys.argv[1])

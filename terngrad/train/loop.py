@@ -1,0 +1,239 @@
+"""One worker's training loop (:func:`train_worker`): the model under DDP with terngrad's hook
+(or one of PyTorch's own ways, ``baseline``: :mod:`terngrad.train.baselines`), its own disjoint
+shard of the training set, evaluations into ``metrics.jsonl`` (:mod:`terngrad.train.outputs`),
+checkpoints every ``checkpoint_every`` steps (:mod:`terngrad.train.checkpoints`), replica checks,
+and at the end rank 0's summary. The process group must be initialised
+(:mod:`terngrad.train.launch` does it)."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import terngrad.ddp
+from terngrad.comm import CollectiveFailed, rank_seed
+from terngrad.comm.agreement import differing_ranks
+from terngrad.comm.consistency import check_replicas
+from terngrad.train import baselines, checkpoints, models, outputs, text
+from terngrad.train import data as datasets
+from terngrad.train.config import PER_NODE, TrainConfig
+from terngrad.train.progress import Progress
+from terngrad.train.setup import build_model, load_data, make_optimizer, make_schedule
+from terngrad.util import netdev
+
+
+class TrainingFailed(RuntimeError):
+    """Training cannot go on (too many non-finite steps); the checkpoints are intact."""
+
+
+def check_same_run(cfg: TrainConfig) -> None:
+    """Fail on every rank, naming the differences, unless all ranks run the same settings
+    (a collective; it runs before anything else, so misconfigured nodes stop at once)."""
+    problems = differing_ranks(cfg.settings(), ignore=PER_NODE)
+    if problems:
+        raise ValueError(
+            "the ranks were started with different settings (compared with rank 0): "
+            + "; ".join(problems)
+        )
+
+
+def evaluate(model: nn.Module, data: datasets.DataSet | text.TextSet, rank: int, world: int):
+    """Test loss (nats per prediction) and accuracy over the whole test set (a language model:
+    every position of the validation windows, next-character accuracy), each rank scoring its
+    share (a collective)."""
+    model.eval()
+    index = torch.arange(rank, data.test_size, world)
+    totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, count
+    chunk_size = 64 if isinstance(data, text.TextSet) else 512
+    with torch.no_grad():
+        for chunk in index.split(chunk_size):
+            x, y = data.test_batch(chunk)
+            logits = model(x)
+            totals[0] += float(models.loss(logits, y, reduction="sum"))
+            totals[1] += float((logits.argmax(-1) == y).sum())
+            totals[2] += y.numel()
+    model.train()
+    dist.all_reduce(totals)
+    return float(totals[0] / totals[2]), float(totals[1] / totals[2])
+
+
+def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] | None:
+    """One worker's training loop. Returns the summary on rank 0, ``None`` elsewhere."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if world != cfg.workers:
+        raise RuntimeError(f"the run asks for {cfg.workers} workers but {world} joined")
+    check_same_run(cfg)
+    out = Path(cfg.out)
+    data = load_data(cfg, seed=cfg.seed)
+    model = build_model(cfg, data)  # identical initial replicas (DDP also broadcasts rank 0's)
+    if cfg.baseline is None:
+        ddp = nn.parallel.DistributedDataParallel(model)
+        state = terngrad.ddp.register(ddp, options=cfg.hook_options)
+    else:  # PyTorch's own averaging: no hook state, nothing skipped, no bytes counted by us
+        ddp, state = baselines.wrap(model, cfg.baseline, cfg.seed), None
+    optimizer = make_optimizer(cfg, model)
+    lr_schedule = make_schedule(cfg, optimizer, data.train_size)
+    sampler = datasets.ShardSampler(data.train_size, rank, world, cfg.worker_batch, cfg.seed)
+
+    start, elapsed = 0, 0.0
+    clock = StepClock(netdev.interface_from_env())
+    checkpoint_path = checkpoints.resume_point(out, resume)
+    if checkpoint_path is not None:
+        ckpt = checkpoints.load_run(checkpoint_path, cfg)
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        lr_schedule.load_state_dict(ckpt["schedule"])
+        if state is not None:
+            state.load_state_dict(ckpt["hook_states"][rank])
+        torch.set_rng_state(ckpt["rng_states"][rank])  # dropout draws continue where they were
+        start, elapsed = ckpt["step"], ckpt["seconds"]
+        clock.train_seconds = ckpt.get("train_seconds", elapsed)
+        clock.wire_bytes = (ckpt.get("wire_bytes") or [0] * world)[rank]
+    if state is not None and start < cfg.steps:  # every step, resumed or not, in one layout
+        state.settle_buckets(ddp, data.train_batch(sampler.batch(start), torch.Generator())[0])
+    every = cfg.checkpoint_every or cfg.eval_every
+
+    progress = Progress(cfg.steps, start, enabled=cfg.progress and rank == 0)
+    metrics_path = out / outputs.METRICS
+    if rank == 0:
+        outputs.truncate_metrics(metrics_path, start)
+    began = time.perf_counter() - elapsed
+    losses: list[float] = []
+    accuracy = math.nan
+    skipped_in_a_row = 0
+    for step in range(start, cfg.steps):
+        clock.start()
+        x, y = data.train_batch(
+            sampler.batch(step), torch.Generator().manual_seed(rank_seed(cfg.seed + step, rank))
+        )
+        optimizer.zero_grad(set_to_none=True)
+        loss = models.loss(ddp(x), y)
+        try:
+            loss.backward()
+        except RuntimeError as exc:  # DDP wraps the hook's error in its own text
+            raise _hook_error(exc) from None
+        if state is None or not state.last_step_skipped:
+            optimizer.step()
+            skipped_in_a_row = 0
+        else:
+            skipped_in_a_row += 1
+            if skipped_in_a_row >= cfg.max_skipped_steps:  # every rank: same skip flags
+                last = checkpoints.latest(out)
+                raise TrainingFailed(
+                    f"{skipped_in_a_row} consecutive steps (up to step {step + 1}) had a NaN or "
+                    "Inf gradient on some rank and were skipped; stopping. The last good "
+                    f"checkpoint is {last or 'none (none was written yet)'}; check the data "
+                    "and the learning rate (a new learning rate needs a new --out)"
+                )
+        lr = optimizer.param_groups[0]["lr"]  # this step's, before the schedule moves it
+        lr_schedule.step()
+        losses.append(loss.item())
+        clock.stop()
+        done = step + 1
+        if cfg.check_replicas_every and done % cfg.check_replicas_every == 0:
+            check_replicas(model, step=done)
+        if done % cfg.eval_every == 0 or done == cfg.steps:
+            test_loss, accuracy = evaluate(model, data, rank, world)
+            record = {
+                "step": done,
+                "loss": test_loss,
+                "accuracy": accuracy,
+                "train_loss": sum(losses) / len(losses),
+                "lr": lr,
+                "bytes_sent": state.stats.bytes_sent if state is not None else None,
+                "seconds": time.perf_counter() - began,
+                "train_seconds": clock.train_seconds,
+                "wire_bytes": clock.mean_wire_bytes(),
+            }
+            if isinstance(data, text.TextSet):
+                record["bits_per_char"] = text.bits_per_character(test_loss)
+            losses = []
+            if rank == 0:  # first the record, then the checkpoint: a crash between the two
+                outputs.append_metrics(metrics_path, record)  # leaves a record resuming drops
+                progress.note(f"step {done}: {outputs.scores(record)}")
+        if (done % every == 0 or done == cfg.steps) and not skipped_in_a_row:
+            seconds = time.perf_counter() - began  # (no checkpoints while steps are skipped)
+            save_checkpoint(cfg, model, optimizer, lr_schedule, state, done, seconds, clock)
+        sent = state.stats.bytes_sent if state is not None else clock.wire_bytes
+        progress.update(done, loss.item(), accuracy, sent)
+    progress.close()
+    if cfg.steps <= start:  # nothing left to train: evaluate what the checkpoint holds
+        _, accuracy = evaluate(model, data, rank, world)
+        began = time.perf_counter() - elapsed  # (that evaluation is not the run's time)
+    wire = clock.mean_wire_bytes()  # a collective: every rank
+    if rank != 0:
+        return None
+    stats = state.stats if state is not None else None
+    seconds = time.perf_counter() - began
+    return outputs.write_summary(cfg, stats, accuracy, seconds, clock.train_seconds, wire)
+
+
+class StepClock:
+    """Seconds spent in training steps (evaluations and checkpoints left out) and, inside the
+    testbed, the bytes this rank's interface sent during them."""
+
+    def __init__(self, interface: str | None) -> None:
+        self.interface = interface
+        self.train_seconds = 0.0
+        self.wire_bytes = 0
+        self._began, self._sent = 0.0, 0
+
+    def start(self) -> None:
+        self._began = time.perf_counter()
+        if self.interface:
+            self._sent = netdev.tx_bytes(self.interface)
+
+    def stop(self) -> None:
+        self.train_seconds += time.perf_counter() - self._began
+        if self.interface:
+            self.wire_bytes += netdev.tx_bytes(self.interface) - self._sent
+
+    def all_wire_bytes(self) -> list[int] | None:
+        """Every rank's count (a collective), ``None`` outside the testbed."""
+        if not self.interface:
+            return None
+        counts = torch.tensor([0] * dist.get_world_size(), dtype=torch.int64)
+        counts[dist.get_rank()] = self.wire_bytes
+        dist.all_reduce(counts)
+        return counts.tolist()
+
+    def mean_wire_bytes(self) -> float | None:
+        """Bytes per rank sent on the wire during the steps so far (a collective)."""
+        counts = self.all_wire_bytes()
+        return sum(counts) / len(counts) if counts else None
+
+
+def _hook_error(exc: RuntimeError) -> RuntimeError:
+    """The terngrad error inside DDP's wrapping, as one line (else ``exc`` itself)."""
+    message = str(exc)
+    start = message.find("terngrad: rank ")
+    if start < 0:
+        return exc
+    return CollectiveFailed(message[start:].splitlines()[0])
+
+
+def save_checkpoint(cfg, model, optimizer, schedule, state, step, seconds, clock) -> None:
+    """All ranks' hook states and generators go to rank 0, which writes one checkpoint
+    atomically and keeps the newest ``cfg.keep_checkpoints`` (a collective). (PyTorch's
+    PowerSGD keeps its error feedback in its own state, which is not saved: a resumed run
+    starts it afresh.)"""
+    hook_states: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(hook_states, state.state_dict() if state is not None else None)
+    wire = clock.all_wire_bytes()
+    rng_states: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(rng_states, torch.get_rng_state())
+    if dist.get_rank() == 0:
+        out = Path(cfg.out)
+        contents = checkpoints.training_checkpoint(
+            cfg, step, seconds, clock.train_seconds, wire, model.state_dict(),
+            optimizer.state_dict(), schedule.state_dict(), hook_states, rng_states,
+        )  # fmt: skip
+        checkpoints.save(checkpoints.path_for(out, step), contents)
+        checkpoints.prune(out, cfg.keep_checkpoints)
+    dist.barrier()

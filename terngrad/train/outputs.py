@@ -1,0 +1,115 @@
+"""What a training run writes into its folder besides checkpoints: ``metrics.jsonl``, one JSON
+record per evaluation, and at the end ``summary.json`` and ``curves.png``.
+
+An evaluation's record: step, loss and accuracy on the test set (a language model: on the
+validation windows, with ``bits_per_char``), ``train_loss`` (mean since the last evaluation),
+``lr`` (that step's), ``bytes_sent`` (the hook's count, this rank, cumulative), ``seconds``
+(wall clock), ``train_seconds`` (the steps alone) and ``wire_bytes`` (inside the testbed of
+:mod:`terngrad.bench.accuracy`: what the ranks' interfaces sent during the steps).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from terngrad.train.config import TrainConfig
+from terngrad.util.files import atomic_write_text
+
+METRICS = "metrics.jsonl"
+SUMMARY = "summary.json"
+CURVES = "curves.png"
+
+
+def append_metrics(path: Path, record: dict[str, Any]) -> None:
+    """One evaluation's record at the end of ``path``."""
+    with Path(path).open("a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The evaluations written so far, oldest first (a last line cut short by a crash or still
+    being written is left out)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return records
+
+
+def truncate_metrics(path: Path, step: int) -> None:
+    """Keep the evaluations up to ``step`` (the checkpoint a run resumes from), drop the rest."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue  # a record cut short by a crash
+    atomic_write_text(path, "".join(line + "\n" for line in kept))
+
+
+def scores(record: dict[str, Any]) -> str:
+    """An evaluation in words: bits per character for a language model, else test accuracy."""
+    if "bits_per_char" in record:
+        return (
+            f"validation loss {record['loss']:.4f} ({record['bits_per_char']:.3f} bits/char), "
+            f"next-char accuracy {100 * record['accuracy']:.2f}%"
+        )
+    return f"test accuracy {100 * record['accuracy']:.2f}%, test loss {record['loss']:.4f}"
+
+
+def title(cfg: TrainConfig) -> str:
+    """The run in a line, for its plot."""
+    x = cfg.exchange
+    how = f"PyTorch {cfg.baseline}" if cfg.baseline else f"{x.quantizer}/{x.topology}"
+    return (
+        f"{cfg.model} on {cfg.dataset}, {cfg.workers} workers, {how}, "
+        f"batch {cfg.worker_batch}/worker"
+    )
+
+
+def write_summary(
+    cfg: TrainConfig, stats: Any, accuracy: float, seconds: float, train_seconds: float,
+    wire: float | None,
+) -> dict[str, Any]:  # fmt: skip
+    """``summary.json`` and ``curves.png`` in ``cfg.out`` from its metrics and the hook's
+    ``stats`` (``None`` for PyTorch's baselines); returns the summary."""
+    out = Path(cfg.out)
+    metrics = read_metrics(out / METRICS)
+    summary = {
+        "method": cfg.method,
+        "accuracy": accuracy,
+        "best_accuracy": max((m["accuracy"] for m in metrics), default=accuracy),
+        # the last evaluation's test loss (nats per prediction) and the lowest one
+        "loss": metrics[-1]["loss"] if metrics else None,
+        "best_loss": min((m["loss"] for m in metrics), default=None),
+        "steps": cfg.steps,
+        # what terngrad's hook handed to the collectives (None for PyTorch's baselines)
+        "bytes_sent_per_rank": stats.bytes_sent if stats else None,
+        "bytes_received_per_rank": stats.bytes_received if stats else None,
+        "bytes_sent_per_step": stats.bytes_sent_per_step if stats else None,
+        "skipped_steps": stats.skipped_steps if stats else 0,
+        # inside the testbed: what the interfaces sent during the steps, mean over ranks
+        "wire_bytes_per_rank": wire,
+        "wire_bytes_per_step": wire / cfg.steps if wire is not None else None,
+        "seconds": seconds,
+        "train_seconds": train_seconds,
+        "config": cfg.to_dict(),
+    }
+    if metrics and "bits_per_char" in metrics[-1]:
+        summary["bits_per_char"] = metrics[-1]["bits_per_char"]
+        summary["best_bits_per_char"] = min(m["bits_per_char"] for m in metrics)
+    atomic_write_text(out / SUMMARY, json.dumps(summary, indent=2) + "\n")
+    from terngrad.train.report import write_curves  # matplotlib: rank 0 only, at the end
+
+    write_curves({cfg.method: metrics}, out / CURVES, title=title(cfg))
+    return summary
