@@ -36,7 +36,7 @@ def test_terngrad_variance_matches_its_formula_and_the_draws():
 
 @pytest.mark.parametrize("method", ["terngrad-noclip", "qsgd-5", "linear-5", "orq-5"])
 def test_unbiased_methods_show_no_bias_beyond_the_noise(method):
-    name, options = st.METHODS[method]
+    name, options = st.check_methods([method])[method]
     m = st.measure(quantize.get(name, **options), _bell(seed=2, tail=0.02), draws=200, seed=3)
     t = st.combine([m])
     assert t.bias <= 3 * t.bias_floor + 1e-3  # the sample mean's own noise removed
@@ -139,8 +139,10 @@ def test_kinds_add_up_to_the_model(small_study):
 
 
 def test_study_refuses_bad_input():
-    with pytest.raises(ValueError, match="unknown study methods"):
+    with pytest.raises(ValueError, match="unknown method 'topk'"):
         st.study(_mlp(), nn.functional.cross_entropy, _mlp_batches(3), steps=2, methods=["topk"])
+    with pytest.raises(ValueError, match="powersgd .* is not a quantizer"):
+        st.check_methods(["fp16", "powersgd"])
     with pytest.raises(ValueError, match="capture steps must lie"):
         st.study(_mlp(), nn.functional.cross_entropy, _mlp_batches(3), steps=2, capture_at=[5])
     with pytest.raises(ValueError, match="batches ran out at step 3"):

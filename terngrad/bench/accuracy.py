@@ -221,10 +221,10 @@ def _mb(nbytes: float | None) -> str:
 def _step_predictions(plan: AccuracyComparison) -> dict[str, Any]:
     """The model's step time per method, from ``plan.predict_with`` (unshaped run to calibrate,
     the run at this bandwidth to predict), and what the model took from them."""
-    from terngrad.bench import perf_model as model
+    from terngrad.bench import perf_model, scaling, validation
 
     assert plan.predict_with is not None
-    unshaped, shaped = (model.load_summary(p) for p in plan.predict_with)
+    unshaped, shaped = (validation.load_summary(p) for p in plan.predict_with)
     base = plan.base
     shape = list(
         datasets.load(
@@ -250,22 +250,22 @@ def _step_predictions(plan: AccuracyComparison) -> dict[str, Any]:
             f"{plan.predict_with[1]} was measured at {shaped['bandwidth']}, this run at "
             f"{plan.bandwidth}"
         )
-    prof = model.profile_model(base.model, shape)
-    calibration = model.calibrate(unshaped, prof)
-    checks = model.validate(calibration, [shaped], prof)
+    prof = perf_model.profile_model(base.model, shape)
+    calibration = validation.calibrate(unshaped, prof)
+    checks = validation.validate(calibration, [shaped], prof)
     link = shaped["link_probe"]["bytes_per_second"]
-    gpu = model.Accelerator(batch_size=base.worker_batch)
+    gpu = scaling.Accelerator(batch_size=base.worker_batch)
     return {
         "from": list(plan.predict_with),
         "compute_seconds": shaped["compute_seconds"],
         "link_bytes_per_second": link,
-        "communication_ratio": model.communication_ratio(
+        "communication_ratio": scaling.communication_ratio(
             prof, base.workers, link, shaped["compute_seconds"]
         ),
         "gpu_communication_ratios": {
             "assumptions": f"8 GPUs at {gpu.flops_per_s / 1e12:g} TFLOP/s, batch "
             f"{gpu.batch_size}, Ethernet at 95.7% of line rate",
-            "ratios": model.gpu_ratios(workers=8, gpu=gpu),
+            "ratios": scaling.gpu_ratios(workers=8, gpu=gpu),
         },
         "host_bytes_per_second": calibration.host_bytes_per_s,
         "step_seconds": {c.method: c.predicted for c in checks},

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from terngrad import __version__, quantize
-from terngrad.cli.flags import Deprecated, add_settings, positive_float, positive_int
+from terngrad.cli.flags import Deprecated, add_methods, add_settings, add_time_limit, positive_int
 from terngrad.util.files import atomic_write_text
 
 
@@ -79,13 +79,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     )
     b.add_argument("--bandwidth", default="1gbit", help=f"{rates} (1gbit)")
     b.add_argument("--model", default="alexnet", choices=models.names())
-    b.add_argument(
-        "--methods",
-        nargs="+",
-        default=list(NETWORK_METHODS),
-        metavar="METHOD",
-        help=f"({' '.join(NETWORK_METHODS)}); any of: {', '.join(methods.METHODS)}",
-    )
+    add_methods(b, list(NETWORK_METHODS), methods.METHODS)
     b.add_argument("--batch-size", type=positive_int, default=8, help="examples per rank (8)")
     b.add_argument(
         "--input-shape",
@@ -97,17 +91,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     )
     b.add_argument("--steps", type=positive_int, default=5, help="timed steps per method")
     b.add_argument("--warmup", type=positive_int, default=3, help="untimed steps first")
-    b.add_argument(
-        "--time-limit", type=positive_float, default=1800.0, help="seconds for it all (1800)"
-    )
-    b.add_argument(
-        "--timeout",
-        type=positive_float,
-        dest="time_limit",
-        action=Deprecated,
-        new="--time-limit",
-        help=argparse.SUPPRESS,
-    )
+    add_time_limit(b, 1800.0, "seconds for it all")
     b.add_argument("--out", default="runs/network", help="folder for results.json, speedup.png")
     b.add_argument("--cleanup", action="store_true", help="remove a killed run's namespaces")
     b.set_defaults(func=network)
@@ -134,13 +118,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     add_settings(b, Options, only=("quantize_last", "min_numel"), groups=groups)
     g = b.add_argument_group("comparison")
     g.add_argument("--bandwidth", default="100mbit", help=f"{rates} (100mbit)")
-    g.add_argument(
-        "--methods",
-        nargs="+",
-        default=list(ACCURACY_METHODS),
-        metavar="METHOD",
-        help=f"in this order ({' '.join(ACCURACY_METHODS)}); any of: {', '.join(methods.METHODS)}",
-    )
+    add_methods(g, list(ACCURACY_METHODS), methods.METHODS)
     g.add_argument("--target", type=float, required=True, help="test accuracy to reach, in percent")
     g.add_argument(
         "--predict-with",
@@ -150,17 +128,7 @@ def add(sub: argparse._SubParsersAction) -> None:
         "bandwidth; same model, workers, --batch-size): the model's time to target beside the "
         "measurement",
     )
-    g.add_argument(
-        "--time-limit", type=positive_float, default=3600.0, help="seconds per method (3600)"
-    )
-    g.add_argument(
-        "--timeout",
-        type=positive_float,
-        dest="time_limit",
-        action=Deprecated,
-        new="--time-limit",
-        help=argparse.SUPPRESS,
-    )
+    add_time_limit(g, 3600.0, "seconds per method")
     g.add_argument("--out", default="runs/accuracy", help="output folder (runs/accuracy)")
     g.add_argument(
         "--report-only",
@@ -235,9 +203,9 @@ def accuracy(args: argparse.Namespace) -> int:
     from terngrad.train import comparison, run_folder
     from terngrad.train.config import TrainConfig
 
-    settings = given(args, TrainConfig)
+    settings = {**given(args, TrainConfig), "out": args.out, "keep_checkpoints": 1}
     exchange = Options(**given(args, Options, exclude=("seed", "timeout")))
-    base = TrainConfig(**settings, out=args.out, keep_checkpoints=1, exchange=exchange)
+    base = TrainConfig(**settings, exchange=exchange)
     plan = bench_accuracy.AccuracyComparison(
         base,
         tuple(args.methods),

@@ -130,6 +130,27 @@ class Deprecated(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+def add_time_limit(group, default: float, what: str) -> None:
+    """``--time-limit`` (seconds, ``what``), and ``--timeout``, its older spelling."""
+    group.add_argument(
+        "--time-limit", type=positive_float, default=default, help=f"{what} ({default:g})"
+    )
+    group.add_argument(
+        "--timeout", type=positive_float, dest="time_limit", action=Deprecated,
+        new="--time-limit", help=argparse.SUPPRESS,
+    )  # fmt: skip
+
+
+def add_methods(group, default: Collection[str], choices: Collection[str] | None = None) -> None:
+    """``--methods``: names of :data:`terngrad.train.methods.METHODS` (``default`` in this
+    order; any of ``choices``, by default the defaults), checked by the experiment (one line
+    naming the choices)."""
+    group.add_argument(
+        "--methods", nargs="+", metavar="METHOD", default=list(default),
+        help=f"in this order ({' '.join(default)}); any of: {', '.join(choices or default)}",
+    )  # fmt: skip
+
+
 def deprecated(message: str) -> None:
     """Say on stderr, in one line, that an old spelling was used (it still works)."""
     print(f"terngrad: warning: {message}", file=sys.stderr, flush=True)

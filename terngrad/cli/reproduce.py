@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from terngrad.cli.flags import non_negative_int, positive_int
+from terngrad.cli.flags import add_methods, non_negative_int, positive_int
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -47,13 +47,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--dataset", choices=data.names(), help="(lenet: mnist, cifarnet: fashion)")
     _common(e, "runs/reproduce-orq-MODEL", "600; cifarnet: 1000")
     e.add_argument("--seeds", type=positive_int, default=3, help="seeds of the main methods (3)")
-    e.add_argument(
-        "--methods",
-        nargs="+",
-        metavar="METHOD",
-        default=list(oq.METHODS),
-        help=f"a subset (all): {', '.join(oq.METHODS)}",
-    )
+    add_methods(e, oq.METHODS)
     e.add_argument(
         "--variants",
         nargs="+",
@@ -76,13 +70,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     e = experiments.add_parser("transformer", help="TernGrad on a GPT with AdamW")
     _common(e, "runs/reproduce-transformer", "1000")
     e.add_argument("--seeds", type=positive_int, default=1, help="seeds of every method (1)")
-    e.add_argument(
-        "--methods",
-        nargs="+",
-        metavar="METHOD",
-        default=list(tf.METHODS),
-        help=f"a subset (all): {', '.join(tf.METHODS)}",
-    )
+    add_methods(e, tf.METHODS)
     e.add_argument(
         "--full-precision-steps",
         type=positive_int,

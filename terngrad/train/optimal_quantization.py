@@ -66,9 +66,16 @@ ALGORITHM2 = (
 PROTOCOL = {"topology": "allgather", "quantize_last": True, "min_numel": 0}
 
 
+#: the exchanges whose average is exact (the table's main rows; the others are Algorithm 2's)
+EXACT = ("allgather", "all-reduce")
+
+
 def exchange_of(run: Run) -> str:
-    """``allgather``, or ``ps/<aggregate>`` for an Algorithm 2 row."""
+    """``allgather``, ``all-reduce`` (PyTorch's, for fp32), or ``ps/<aggregate>`` for an
+    Algorithm 2 row."""
     x = run.config.exchange
+    if run.config.baseline is not None:
+        return "all-reduce"
     return "allgather" if x.topology == "allgather" else f"{x.topology}/{x.aggregate}"
 
 
@@ -187,7 +194,7 @@ def compare(records: list[dict[str, Any]], a: str, b: str, variant: str) -> str 
         return {
             r["seed"]: r["final_accuracy"]
             for r in records
-            if (r["method"], r["variant"], r["exchange"]) == (method, variant, "allgather")
+            if (r["method"], r["variant"]) == (method, variant) and r["exchange"] in EXACT
         }
 
     xs, ys = by_seed(a), by_seed(b)
@@ -271,11 +278,11 @@ def _broadcasts(records: list[dict[str, Any]], variant: str) -> list[str]:
     """Algorithm 2's rows against the same method and seed through ``allgather`` (whose
     aggregate is exact): what the low-bit broadcast cost in accuracy and saved in bytes."""
     exact = {(r["method"], r["seed"]): r for r in records
-             if r["variant"] == variant and r["exchange"] == "allgather"}  # fmt: skip
+             if r["variant"] == variant and r["exchange"] in EXACT}  # fmt: skip
     lines = []
     for r in records:
         base = exact.get((r["method"], r["seed"]))
-        if r["variant"] != variant or r["exchange"] == "allgather" or base is None:
+        if r["variant"] != variant or r["exchange"] in EXACT or base is None:
             continue
         lines.append(
             f"Algorithm 2, {r['method']} through {r['exchange']}: final "
@@ -296,7 +303,7 @@ def _write_curves(records, variant: str, path: Path, base: TrainConfig) -> None:
 
     by_method: dict[str, list[list[tuple[int, float]]]] = {}
     for rec in records:
-        if rec["variant"] == variant and rec["exchange"] == "allgather":
+        if rec["variant"] == variant and rec["exchange"] in EXACT:
             by_method.setdefault(rec["method"], []).append(rec["curve"])
     lines = {method: mean_curve(curves) for method, curves in by_method.items()}
     title = f"{base.model} on {base.dataset}, {variant}: mean test accuracy over seeds"
