@@ -49,7 +49,7 @@ import torch.distributed as dist
 from terngrad import quantize
 from terngrad.comm.coherent import CoherentStep, bucket_shard_bounds
 from terngrad.comm.errors import ExchangeMismatch
-from terngrad.comm.grid import GridStep
+from terngrad.comm.grid_step import GridStep
 from terngrad.comm.link import Link
 from terngrad.kernels import Kernels, NumbaKernels, Streams, TorchKernels
 from terngrad.quantize import Encoded, Layout, LevelQuantizer, Quantizer, SymmetricGrid
