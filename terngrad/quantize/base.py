@@ -1,5 +1,6 @@
 """What every quantizer shares: the :class:`Encoded` message, the :class:`Quantizer` interface
-and registry, input checks, bucketing and stochastic rounding.
+and registry, and stochastic rounding (bucketing: :mod:`terngrad.quantize.layout`; the input
+checks: :mod:`terngrad.quantize.checks`).
 
 A quantizer maps a gradient ``g`` (any shape, float) to a few float32 *scales* per bucket and one
 integer *digit* per element; the wire layer packs the digits, and :class:`Encoded` is exactly
@@ -13,14 +14,15 @@ import inspect
 import math
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, ClassVar, Protocol
 
 import torch
 
+from terngrad.quantize.checks import check_finite, check_gradient, flat_gradient
+from terngrad.quantize.layout import Layout
 from terngrad.quantize.random import Streams
 from terngrad.wire import Codec, FrameHeader, frame_nbytes, read_frame, write_frame
 
@@ -106,36 +108,7 @@ class Encoded:
         )
 
 
-# --------------------------------------------------------------------------- checks
-
-
-def flat_gradient(grad: Any) -> torch.Tensor:
-    """The gradient as a flat, contiguous float32 tensor (no copy if it is one already); a
-    clear error for anything that is not a floating-point tensor."""
-    if not isinstance(grad, torch.Tensor):
-        raise TypeError(f"gradient must be a torch.Tensor, got {type(grad).__name__}")
-    if not grad.dtype.is_floating_point:
-        raise ValueError(
-            f"gradient must be a floating-point tensor (float32, float16, bfloat16, float64), "
-            f"got {grad.dtype}"
-        )
-    return grad.detach().reshape(-1).to(torch.float32).contiguous()
-
-
-def check_finite(flat: torch.Tensor) -> torch.Tensor:
-    """``flat`` itself, or a clear error naming how many of its values are NaN or Inf."""
-    bad = flat.numel() - int(torch.isfinite(flat).sum())
-    if bad:
-        raise ValueError(
-            f"gradient has {bad} non-finite value(s) (NaN or Inf) out of {flat.numel()}; "
-            "they cannot be quantized: skip this step or find where the loss diverged"
-        )
-    return flat
-
-
-def check_gradient(grad: Any) -> torch.Tensor:
-    """The gradient as a flat float32 tensor; a clear error for anything a quantizer can't take."""
-    return check_finite(flat_gradient(grad))
+# --------------------------------------------------------------------------- the fast path
 
 
 class FastPath(Protocol):
@@ -189,136 +162,7 @@ def reference_only() -> Iterator[None]:
         _THREAD.reference = before
 
 
-def check_bucket_size(bucket_size: Any) -> int | None:
-    """``None`` (one bucket per tensor) or a positive integer below 2**32."""
-    if bucket_size is None:
-        return None
-    if (
-        isinstance(bucket_size, bool)
-        or not isinstance(bucket_size, int)
-        or not (1 <= bucket_size < 2**32)
-    ):
-        raise ValueError(f"bucket_size must be None or a positive integer, got {bucket_size!r}")
-    return bucket_size
-
-
-def check_levels(levels: Any, name: str) -> int:
-    """A number of distinct values: an integer in [2, 65535]."""
-    if isinstance(levels, bool) or not isinstance(levels, int) or not 2 <= levels <= 65535:
-        raise ValueError(
-            f"{name}: levels counts the distinct quantized values and must be an integer in "
-            f"[2, 65535], got {levels!r}"
-        )
-    return levels
-
-
-def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
-    return value
-
-
-# --------------------------------------------------------------------------- layout
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How a flat gradient is cut into scale groups ("buckets").
-
-    The flat tensor is a run of consecutive ``segments`` (the layers of a flat buffer, or one
-    segment for a single tensor); each segment is cut into buckets of ``bucket_size`` elements,
-    its last bucket shorter (``None``: one bucket per segment). Every bucket gets its own scales,
-    so TernGrad's scales stay layer-wise even when several layers travel in one buffer.
-    """
-
-    segments: tuple[int, ...]
-    bucket_size: int | None = None
-
-    @classmethod
-    def of(
-        cls, numel: int, segments: Sequence[int] | None = None, bucket_size: int | None = None
-    ) -> Layout:
-        """The layout of a flat tensor of ``numel`` elements; ``segments`` must sum to it."""
-        if segments is None:
-            return cls((numel,), bucket_size)
-        segs = tuple(segments)
-        if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in segs):
-            raise ValueError(f"segments must be non-negative integers, got {list(segs)[:8]}...")
-        if sum(segs) != numel:
-            raise ValueError(f"segments sum to {sum(segs)} elements, the gradient has {numel}")
-        return cls(segs or (0,), bucket_size)
-
-    @property
-    def numel(self) -> int:
-        return sum(self.segments)
-
-    @cached_property
-    def _blocks(self) -> tuple[tuple[int, int, int], ...]:
-        """``(start, rows, cols)`` of each 2-D block of whole buckets, in bucket order."""
-        out, start = [], 0
-        for n in self.segments:
-            size = self.bucket_size if self.bucket_size and self.bucket_size < n else n
-            if n:
-                full = n - n % size
-                out.append((start, full // size, size))
-                if full < n:
-                    out.append((start + full, 1, n - full))
-            start += n
-        return tuple(out)
-
-    @property
-    def n_buckets(self) -> int:
-        return sum(rows for _, rows, _ in self._blocks)
-
-    @cached_property
-    def bucket_lengths(self) -> torch.Tensor:
-        """Elements of each bucket (int64)."""
-        return torch.tensor(
-            [cols for _, rows, cols in self._blocks for _ in range(rows)], dtype=torch.int64
-        )
-
-    @cached_property
-    def bucket_starts(self) -> torch.Tensor:
-        """Offset of each bucket's first element, then ``numel`` (int64, ``n_buckets + 1``)."""
-        return torch.cat([torch.zeros(1, dtype=torch.int64), self.bucket_lengths.cumsum(0)])
-
-    @cached_property
-    def segment_starts(self) -> torch.Tensor:
-        """Offset of each segment's first element, then ``numel`` (int64)."""
-        lengths = torch.tensor(self.segments, dtype=torch.int64)
-        return torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
-
-    def rows(self, flat: torch.Tensor) -> list[torch.Tensor]:
-        """Views of ``flat`` as 2-D blocks, one bucket a row; per-row results concatenated in
-        order are in bucket order, and flattened per-element results are in element order."""
-        return [flat[s : s + r * c].view(r, c) for s, r, c in self._blocks]
-
-    def reduce(self, flat: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]):
-        """``fn`` over the rows of every block, concatenated: one result per bucket."""
-        parts = [fn(rows) for rows in self.rows(flat)]
-        return torch.cat(parts) if parts else flat.new_empty(0)
-
-    def expand(self, per_bucket: torch.Tensor) -> torch.Tensor:
-        """Each bucket's value repeated over its elements."""
-        if self.n_buckets == 1:
-            return per_bucket.expand(self.numel)
-        return per_bucket.repeat_interleave(self.bucket_lengths.to(per_bucket.device))
-
-    def slice(self, start: int, stop: int) -> Layout:
-        """The layout of ``flat[start:stop]``: the segments cut at the ends, buckets restarting
-        at the new start."""
-        segs, offset = [], 0
-        for n in self.segments:
-            lo, hi = max(offset, start), min(offset + n, stop)
-            if hi > lo:
-                segs.append(hi - lo)
-            offset += n
-        return Layout(tuple(segs) or (0,), self.bucket_size)
-
-    @property
-    def wire_segments(self) -> tuple[int, ...]:
-        """The segments as a frame records them: empty for a single segment."""
-        return self.segments if len(self.segments) > 1 else ()
+# --------------------------------------------------------------------------- rounding
 
 
 def stochastic_round(t: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:

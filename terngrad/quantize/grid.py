@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
-from terngrad.quantize.base import Layout, Quantizer, stochastic_round
+from terngrad.quantize.base import Quantizer, stochastic_round
 from terngrad.quantize.clipping import clip_to_sigma
+from terngrad.quantize.layout import Layout
 from terngrad.wire import Codec
 
 FLOAT32_MAX = torch.finfo(torch.float32).max

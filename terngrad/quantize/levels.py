@@ -31,8 +31,9 @@ from typing import ClassVar
 
 import torch
 
-from terngrad.quantize.base import Layout, Quantizer, fast_path
+from terngrad.quantize.base import Quantizer, fast_path
 from terngrad.quantize.clipping import clip_to_sigma
+from terngrad.quantize.layout import Layout
 from terngrad.wire import Codec
 
 
