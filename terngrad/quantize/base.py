@@ -12,16 +12,15 @@ from __future__ import annotations
 import difflib
 import inspect
 import math
-import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import torch
 
-from terngrad.quantize.checks import check_finite, check_gradient, flat_gradient
+from terngrad.quantize.checks import check_digits, check_finite, check_gradient, flat_gradient
+from terngrad.quantize.kernels import Draws, Kernels, resolve
 from terngrad.quantize.layout import Layout
 from terngrad.quantize.random import Streams
 from terngrad.wire import Codec, FrameHeader, frame_nbytes, read_frame, write_frame
@@ -108,60 +107,6 @@ class Encoded:
         )
 
 
-# --------------------------------------------------------------------------- the fast path
-
-
-class FastPath(Protocol):
-    """Fused encode and decode that a layer above installs (:mod:`terngrad.kernels.public`);
-    each returns ``None`` where it does not apply, and then the reference code runs. Given the
-    same draws they produce the reference's bytes and values exactly."""
-
-    def encode(
-        self, q: Quantizer, flat: torch.Tensor, layout: Layout, draws: Any,
-        scale: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor] | None:  # fmt: skip
-        """``(scales, payload)`` of a finite ``flat``, or ``None`` (also for a non-finite one:
-        the reference then says what is wrong)."""
-
-    def decode(
-        self, q: Quantizer, encoded: Encoded, layout: Layout, out: torch.Tensor | None
-    ) -> torch.Tensor | None:
-        """The flat float32 values of ``encoded`` (written into the flat ``out`` if given), or
-        ``None``."""
-
-    def fit(self, q: Quantizer, flat: torch.Tensor, layout: Layout) -> torch.Tensor | None:
-        """The float32 scales ``(n_buckets, k)`` a level quantizer fits to a finite ``flat``,
-        or ``None``."""
-
-
-_FAST: list[FastPath] = []
-
-
-def install_fast_path(path: FastPath | None) -> None:
-    """Make ``encode`` and ``decode`` try ``path`` first (``None``: the reference only)."""
-    _FAST[:] = [] if path is None else [path]
-
-
-_THREAD = threading.local()
-
-
-def fast_path() -> FastPath | None:
-    """The installed fast path, if any (``None`` inside :func:`reference_only`)."""
-    return _FAST[0] if _FAST and not getattr(_THREAD, "reference", False) else None
-
-
-@contextmanager
-def reference_only() -> Iterator[None]:
-    """Run ``encode``, ``decode`` and ``variance`` on the reference code in this thread, for
-    the duration: how an exchange with ``kernels="torch"`` keeps the fused kernels out."""
-    before = getattr(_THREAD, "reference", False)
-    _THREAD.reference = True
-    try:
-        yield
-    finally:
-        _THREAD.reference = before
-
-
 # --------------------------------------------------------------------------- rounding
 
 
@@ -243,6 +188,7 @@ class Quantizer(ABC):
         scale: float | torch.Tensor | None = None,
         segments: Sequence[int] | None = None,
         uniform: torch.Tensor | None = None,
+        kernels: str | Kernels | None = None,
     ) -> Encoded:
         """Quantize ``grad`` (any shape, floating point, finite) into one wire message.
 
@@ -250,19 +196,20 @@ class Quantizer(ABC):
         ``None``), or ``uniform`` gives them: one value in [0, 1) per element, in flat order;
         ``scale`` imposes the scale of each bucket (a number or one value per bucket) where the
         method supports it; ``segments`` gives the lengths of the layers packed one after
-        another in a flat ``grad``, so that each gets its own scales.
+        another in a flat ``grad``, so that each gets its own scales. ``kernels`` is the
+        backend that runs (:func:`~terngrad.quantize.kernels.resolve`: ``None``/``"auto"``
+        the fused kernels where they run, ``"torch"`` the reference, or a
+        :class:`~terngrad.quantize.kernels.Kernels`); every backend gives the same bytes.
         """
         flat = flat_gradient(grad)
         layout = Layout.of(flat.numel(), segments, self.bucket_size)
         scale_t = self._check_scale(scale, layout, flat.device)
         draws = self._draws(flat, layout, generator, uniform)
-        path = fast_path()
-        fast = path.encode(self, flat, layout, draws, scale_t) if path and flat.numel() else None
-        if fast is not None:
-            scales, payload = fast
-        else:
-            scales, values = self._quantize_drawn(check_finite(flat), layout, draws, scale_t)
-            payload = self.codec.pack(values)
+        backend = resolve(kernels, flat.device)
+        if flat.numel():
+            scales, payload = self._encode(backend, flat, layout, draws, scale_t)
+        else:  # nothing for a kernel to do
+            scales, payload = self._encode_reference(flat, layout, draws, scale_t)
         return Encoded(
             method=self.name,
             shape=tuple(grad.shape),
@@ -282,10 +229,16 @@ class Quantizer(ABC):
         n_scales = layout.n_buckets * self._scales_per_bucket(self.levels)
         return frame_nbytes(1, n_scales, self.codec.nbytes(numel), len(layout.wire_segments))
 
-    def decode(self, encoded: Encoded, out: torch.Tensor | None = None) -> torch.Tensor:
+    def decode(
+        self,
+        encoded: Encoded,
+        out: torch.Tensor | None = None,
+        kernels: str | Kernels | None = None,
+    ) -> torch.Tensor:
         """The float32 tensor ``encoded`` stands for, in the original shape; written into
         ``out`` if given (a contiguous float32 tensor of as many elements, e.g. the gradient's
-        own buffer: no allocation of the tensor's size, as the DDP hook decodes)."""
+        own buffer: no allocation of the tensor's size, as the DDP hook decodes). ``kernels``
+        as in :meth:`encode`, for the device of ``out`` (else of the payload)."""
         if not isinstance(encoded, Encoded):
             raise TypeError(f"decode takes an Encoded, got {type(encoded).__name__}")
         if encoded.method != self.name:
@@ -311,22 +264,13 @@ class Quantizer(ABC):
                 f"out must be a contiguous float32 tensor of {layout.numel} elements, got "
                 f"{getattr(out, 'dtype', type(out).__name__)} of {getattr(out, 'shape', '?')}"
             )
-        path = fast_path()
-        if path is not None and layout.numel:
-            flat_out = None if out is None else out.view(-1)
-            fast = path.decode(self, encoded, layout, flat_out)
-            if fast is not None:
-                return fast.view(encoded.shape) if out is None else out
-        values = encoded.codec.unpack(encoded.payload, layout.numel)
-        if not encoded.codec.is_float and layout.numel and int(values.max()) >= encoded.levels:
-            raise ValueError(
-                f"{self.name} message has a digit {int(values.max())} beyond its "
-                f"{encoded.levels} levels (corrupted payload)"
-            )
-        flat = self.dequantize(encoded.scales, values, layout, encoded.levels)
-        if out is not None:
-            return out.copy_(flat.view(out.shape))
-        return flat.reshape(encoded.shape)
+        backend = resolve(kernels, encoded.payload.device if out is None else out.device)
+        flat_out = None if out is None else out.view(-1)
+        if layout.numel:
+            flat = self._decode(backend, encoded, layout, flat_out)
+        else:  # nothing for a kernel to do
+            flat = self._decode_reference(encoded, layout, flat_out)
+        return flat.reshape(encoded.shape) if out is None else out
 
     def quantize(
         self,
@@ -351,7 +295,7 @@ class Quantizer(ABC):
         layout: Layout,
         generator: torch.Generator | None,
         uniform: torch.Tensor | None,
-    ) -> Streams | torch.Tensor | None:
+    ) -> Draws | None:
         """The draws of one encoding: ``uniform`` (checked), or one counter-based stream per
         segment keyed from ``generator``; ``None`` for a deterministic method."""
         if uniform is not None and (
@@ -373,9 +317,10 @@ class Quantizer(ABC):
         self,
         flat: torch.Tensor,
         layout: Layout,
-        draws: Streams | torch.Tensor | None,
+        draws: Draws | None,
         scale: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The reference's ``(scales, values)`` for the given draws."""
         if not flat.numel():
             return flat.new_empty(0), flat.new_empty(0, dtype=torch.int64)
         uniform = (
@@ -383,6 +328,62 @@ class Quantizer(ABC):
         )
         scales, values = self._quantize(flat, layout, uniform, scale)
         return scales.to(torch.float32).reshape(-1), values
+
+    # --- what runs: each family overrides these with its kernels' operations
+
+    def _encode(
+        self,
+        kernels: Kernels,
+        flat: torch.Tensor,
+        layout: Layout,
+        draws: Draws | None,
+        scale: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scales, payload)`` of a non-empty flat float32 gradient (``ValueError`` if it is
+        not finite): by default the reference, no kernels (the float baselines)."""
+        return self._encode_reference(flat, layout, draws, scale)
+
+    def _decode(
+        self,
+        kernels: Kernels,
+        encoded: Encoded,
+        layout: Layout,
+        out: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The flat float32 values of a non-empty, checked message, written into the flat
+        ``out`` if given: by default the reference, no kernels (the float baselines)."""
+        return self._decode_reference(encoded, layout, out)
+
+    def _encode_reference(
+        self, flat: torch.Tensor, layout: Layout, draws: Draws | None, scale: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`quantize` and the codec's packing."""
+        scales, values = self._quantize_drawn(check_finite(flat), layout, draws, scale)
+        return scales, self.codec.pack(values)
+
+    def _decode_reference(
+        self, encoded: Encoded, layout: Layout, out: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The codec's unpacking, the digits' range and :meth:`dequantize`."""
+        values = encoded.codec.unpack(encoded.payload, layout.numel)
+        if not encoded.codec.is_float:
+            check_digits(self.name, values, encoded.levels)
+        flat = self.dequantize(encoded.scales, values, layout, encoded.levels)
+        return flat if out is None else out.copy_(flat)
+
+    def _digit_payload(self, encoded: Encoded, device: torch.device) -> torch.Tensor:
+        """The payload of a message of digits, on ``device``, for the kernels: its digits are
+        checked first where its codec can hold one beyond the message's levels (a 2-bit field
+        in a message of 3 levels); the kernels check the words of a base-``levels`` codec."""
+        codec = encoded.codec
+        if codec.is_float:
+            raise ValueError(
+                f"{self.name} message packs {codec} floats where it packs digits (corrupted header)"
+            )
+        if codec != Codec.base(encoded.levels):
+            numel = encoded.layout.numel
+            check_digits(self.name, codec.unpack(encoded.payload, numel), encoded.levels)
+        return encoded.payload.to(device)
 
     def dequantize(
         self, scales: torch.Tensor, values: torch.Tensor, layout: Layout, levels: int
@@ -397,18 +398,21 @@ class Quantizer(ABC):
         grad: torch.Tensor,
         scale: float | torch.Tensor | None = None,
         segments: Sequence[int] | None = None,
+        kernels: str | Kernels | None = None,
     ) -> float:
         """Exact ``E||decode(encode(g)) - g||^2`` over the random draws (no sampling).
 
         For unbiased methods this is the variance; for biased ones it includes the squared
-        bias (clipping, clamping, deterministic rounding).
+        bias (clipping, clamping, deterministic rounding). ``kernels`` as in :meth:`encode`
+        (the level quantizers' fit runs on them).
         """
         flat = check_gradient(grad)
         layout = Layout.of(flat.numel(), segments, self.bucket_size)
         scale_t = self._check_scale(scale, layout, flat.device)
+        backend = resolve(kernels, flat.device)
         if not flat.numel():
             return 0.0
-        return float(self._expected_sq_error(flat, layout, scale_t))
+        return float(self._expected_sq_error(flat, layout, scale_t, backend))
 
     # --- what each method implements
 
@@ -430,9 +434,10 @@ class Quantizer(ABC):
 
     @abstractmethod
     def _expected_sq_error(
-        self, flat: torch.Tensor, layout: Layout, scale: torch.Tensor | None
+        self, flat: torch.Tensor, layout: Layout, scale: torch.Tensor | None, kernels: Kernels
     ) -> torch.Tensor:
-        """Exact ``E||Q(g) - g||^2`` for a non-empty flat float32 gradient."""
+        """Exact ``E||Q(g) - g||^2`` for a non-empty flat float32 gradient (``kernels`` runs
+        whatever the formula needs fitted)."""
 
     def _scales_per_bucket(self, levels: int) -> int:
         """Float32 scales each bucket sends, for a message of ``levels`` levels."""

@@ -37,6 +37,16 @@ def check_gradient(grad: Any) -> torch.Tensor:
     return check_finite(flat_gradient(grad))
 
 
+def check_digits(name: str, digits: torch.Tensor, levels: int) -> None:
+    """A clear error if a message of method ``name`` holds a digit beyond its ``levels``
+    (a corrupted payload: a 2-bit field can hold 3 in a message of 3 levels)."""
+    if digits.numel() and int(digits.max()) >= levels:
+        raise ValueError(
+            f"{name} message has a digit {int(digits.max())} beyond its {levels} levels "
+            "(corrupted payload)"
+        )
+
+
 def check_bucket_size(bucket_size: Any) -> int | None:
     """``None`` (one bucket per tensor) or a positive integer below 2**32."""
     if bucket_size is None:
