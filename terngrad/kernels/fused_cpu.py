@@ -7,6 +7,7 @@ numba is imported when a :class:`NumbaKernels` is made, not when this module is.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import os
@@ -66,6 +67,7 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().contiguous().numpy()
 
 
+@functools.cache
 def numba_available() -> bool:
     """True if the fused CPU kernels can run here."""
     return importlib.util.find_spec("numba") is not None

@@ -8,6 +8,7 @@ triton is imported when a :class:`TritonKernels` is made, not when this module i
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import os
@@ -26,6 +27,7 @@ from terngrad.wire import BLOCK_WORDS, Codec, word_layout
 _BLOCK = 256
 
 
+@functools.cache
 def triton_available() -> bool:
     """True if the Triton kernels can be compiled (or interpreted) here."""
     return importlib.util.find_spec("triton") is not None
