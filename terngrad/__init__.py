@@ -5,7 +5,9 @@ Layers, bottom to top (no layer imports one above it): ``wire`` (bytes), ``quant
 math), then the distributed, training and benchmark layers built on them.
 """
 
-from terngrad import kernels, quantize, wire  # kernels: the fused encode/decode, installed
+# importing terngrad.kernels registers the fused backends (numba, Triton) with
+# terngrad.quantize.resolve(), so kernels="auto" finds them: keep this import
+from terngrad import kernels, quantize, wire
 
 __version__ = "0.1.0"
 

@@ -425,33 +425,42 @@ def nan_in_one_tensor(rank: int, world: int) -> dict:
 
 
 def level_kernels_by_backend(rank: int, world: int) -> dict:
-    """How many times the fused level kernels ran for an ORQ exchange, by ``kernels``; and
-    the means, which must not depend on it."""
+    """How many times the fused level kernels (fit and pack) ran for an ORQ exchange, by
+    ``kernels`` and ``aggregate``; and the means, which must not depend on ``kernels``."""
     from terngrad.comm import Options
     from terngrad.comm.reducer import Reducer
     from terngrad.kernels import NumbaKernels
 
     calls = []
-    original = NumbaKernels.level_pack
+    originals = {op: getattr(NumbaKernels, op) for op in ("level_fit", "level_pack")}
 
-    def counted(self, *args):
-        calls.append(1)
-        return original(self, *args)
+    def counting(op):
+        def counted(self, *args):
+            calls.append(op)
+            return originals[op](self, *args)
 
-    NumbaKernels.level_pack = counted
+        return counted
+
+    for op in originals:
+        setattr(NumbaKernels, op, counting(op))
     out = {}
     try:
-        for kernels in ("numba", "torch"):
+        for kernels, aggregate in itertools.product(
+            ("auto", "numba", "torch"), ("requantize", "coherent")
+        ):
             p = torch.nn.Parameter(torch.zeros(1500))
-            options = Options.of("orq", "allgather", kernels=kernels, min_numel=0, seed=5)
+            options = Options.of(
+                "orq", "allgather", kernels=kernels, aggregate=aggregate, min_numel=0, seed=5
+            )
             reducer = Reducer(options, [("w", p)], set())
             buffer = local_gradient(rank)[:1500].clone()
             before = len(calls)
             reducer.reduce_bucket(buffer, [p])
             reducer.finish_step()
-            out[kernels] = (len(calls) - before, buffer)
+            out[kernels, aggregate] = (sorted(set(calls[before:])), buffer)
     finally:
-        NumbaKernels.level_pack = original
+        for op, original in originals.items():
+            setattr(NumbaKernels, op, original)
     return out
 
 

@@ -289,12 +289,17 @@ def test_nan_in_one_tensor_zeroes_the_whole_step_everywhere():
 
 def test_kernels_torch_keeps_the_level_quantizers_on_the_reference():
     """``kernels="torch"`` means the reference for every quantizer, the level quantizers'
-    messages included (they go through the public API, whose fused kernels are numba's)."""
+    messages and coherent levels included: the exchange passes its backend to every
+    ``encode``, ``decode`` and fit; "auto" and "numba" run the numba level kernels."""
     for result in run(w.level_kernels_by_backend, 2):
-        fused_calls, fused_mean = result["numba"]
-        reference_calls, reference_mean = result["torch"]
-        assert fused_calls >= 1 and reference_calls == 0
-        assert torch.equal(fused_mean, reference_mean)  # the same bytes either way
+        for aggregate, fused in (("requantize", ["level_fit", "level_pack"]),
+                                 ("coherent", ["level_fit"])):  # fmt: skip
+            assert result["auto", aggregate][0] == fused
+            assert result["numba", aggregate][0] == fused
+            assert result["torch", aggregate][0] == []
+            mean = result["torch", aggregate][1]
+            assert torch.equal(result["auto", aggregate][1], mean)  # the same bytes either way
+            assert torch.equal(result["numba", aggregate][1], mean)
 
 
 def test_full_precision_steps_average_exactly_then_quantize():

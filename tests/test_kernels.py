@@ -297,22 +297,62 @@ def test_fused_rounding_is_unbiased(name, options):
     assert empirical == pytest.approx(exact, rel=0.05)
 
 
-def test_resolve(monkeypatch):
-    assert resolve("auto").name == "numba"
-    assert resolve("torch").name == "torch"
-    assert resolve("auto", "meta").name == "torch"  # neither CPU nor CUDA: the reference
-    with pytest.raises(ValueError, match="kernels must be one of"):
-        resolve("fast")
-    with pytest.raises(ValueError, match="runs on CPU tensors"):
+def test_resolve_picks_as_documented():
+    assert isinstance(resolve("auto"), NumbaKernels)  # numba for CPU tensors
+    assert isinstance(resolve(None), NumbaKernels)  # None is "auto"
+    assert isinstance(resolve("numba", torch.device("cpu")), NumbaKernels)
+    assert isinstance(resolve("torch"), TorchKernels)
+    assert isinstance(resolve("torch", "meta"), TorchKernels)
+    assert isinstance(resolve("auto", "meta"), TorchKernels)  # neither CPU nor CUDA: reference
+    if triton_available():
+        chosen = resolve("auto", "cuda")  # made, not run: no GPU needed
+        assert isinstance(chosen, TritonKernels) and chosen.device == torch.device("cuda")
+        assert isinstance(resolve("triton", "cpu"), TritonKernels)  # under TRITON_INTERPRET=1
+    # made once per device: the public API does not build a backend per call
+    assert resolve("auto") is resolve("numba") is resolve("auto", torch.device("cpu"))
+    assert resolve("torch") is resolve("torch")
+
+
+def test_resolve_returns_the_instance_given():
+    mine = NumbaKernels()
+    assert resolve(mine) is mine and resolve(mine, "meta") is mine
+    assert resolve(REF, "cuda") is REF
+
+
+def test_resolve_refuses_with_one_line(monkeypatch):
+    for bad in ("fast", "", "TORCH", 3, ["numba"]):
+        with pytest.raises(ValueError, match="kernels must be one of 'auto', 'numba', 'triton', "):
+            resolve(bad)
+    with pytest.raises(ValueError, match="kernels='numba' runs on CPU tensors; these are on meta"):
         resolve("numba", "meta")
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    with pytest.raises(ValueError, match="runs on CUDA tensors"):
+    with pytest.raises(
+        ValueError, match=r"kernels='triton' runs on CUDA tensors .* these are on cpu"
+    ):
         resolve("triton", "cpu")
+
+
+def test_resolve_without_the_packages(monkeypatch):
+    """Where numba or triton is missing, "auto" takes the reference and insisting is refused."""
+    from terngrad.kernels import fused_cpu, fused_gpu
+
+    monkeypatch.setattr(fused_cpu, "numba_available", lambda: False)
+    monkeypatch.setattr(fused_gpu, "triton_available", lambda: False)
+    assert isinstance(resolve("auto"), TorchKernels)
+    assert isinstance(resolve("auto", "cuda"), TorchKernels)
+    with pytest.raises(ValueError, match="kernels='numba' needs the numba package"):
+        resolve("numba")
+    with pytest.raises(ValueError, match="kernels='triton' needs the triton package"):
+        resolve("triton", "cuda")
+    q, g = quantize.get("orq"), torch.randn(1000)
+    ref = q.encode(g, torch.Generator().manual_seed(1))  # on the reference
+    fused = q.encode(g, torch.Generator().manual_seed(1), kernels=NumbaKernels())
+    assert torch.equal(ref.to_frame(), fused.to_frame())
 
 
 def test_frames_from_the_exchange_path_decode_with_the_wire_layer():
     """A frame packed by the fused kernel reads back through the generic codec."""
-    from terngrad.comm.grid import GridStep
+    from terngrad.comm.grid_step import GridStep
 
     q = quantize.get("terngrad")
     g = _gradient(10_000)

@@ -34,6 +34,7 @@ import torch
 
 from terngrad.comm.errors import ExchangeMismatch
 from terngrad.comm.link import Link
+from terngrad.kernels import Kernels
 from terngrad.quantize import Layout, LevelQuantizer
 from terngrad.wire import Codec, FrameHeader, frame_nbytes, read_frame, write_frame
 
@@ -71,11 +72,13 @@ class CoherentStep:
         layout: Layout,
         link: Link,
         uniform: torch.Tensor | None,
+        kernels: str | Kernels | None = None,
     ) -> CoherentStep:
         """Fit, share and combine the levels, and round this rank's gradient onto them
-        (``uniform``: its draws, one per element, for stochastic rounding)."""
+        (``uniform``: its draws, one per element, for stochastic rounding; ``kernels``: the
+        backend of the fit, as :meth:`~terngrad.quantize.LevelQuantizer.scales` takes it)."""
         y = q.prepare(flat, layout)
-        local = q.scales(y, layout).to(torch.float32).contiguous()
+        local = q.scales(y, layout, kernels).to(torch.float32).contiguous()
         size = local.numel() * 4
         gathered = link.all_gather(local.reshape(-1).view(torch.uint8), [size] * link.size)
         stacked = torch.stack([g.clone().view(torch.float32).view(local.shape) for g in gathered])

@@ -26,9 +26,10 @@ Topologies (N ranks, d elements):
   TernGrad paper's parameter server).
 * ``allgather``: every rank gathers every rank's message and aggregates locally.
 
-The per-step work on the grid path — statistics, clip, rounding, packing, the owner's sum,
-decoding into the output — runs on a :mod:`terngrad.kernels` backend (fused numba kernels, or
-the torch reference); both give the same bytes.
+The per-step work — on the grid path statistics, clip, rounding, packing, the owner's sum,
+decoding into the output; elsewhere every message's ``encode`` and ``decode`` and the levels'
+fit — runs on the exchange's :class:`~terngrad.kernels.Kernels` backend (fused numba or Triton
+kernels, or the torch reference), passed to each; all give the same bytes.
 
 A rank whose gradient holds a NaN or Inf is detected by every rank at the first collective
 (the shared MAX of the scales propagates it; the message path all-reduces a flag); then
@@ -39,7 +40,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Hashable
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -49,11 +49,10 @@ import torch.distributed as dist
 from terngrad import quantize
 from terngrad.comm.coherent import CoherentStep, bucket_shard_bounds
 from terngrad.comm.errors import ExchangeMismatch
-from terngrad.comm.grid import GridStep
+from terngrad.comm.grid_step import GridStep
 from terngrad.comm.link import Link
-from terngrad.kernels import Kernels, NumbaKernels, Streams, TorchKernels
+from terngrad.kernels import Kernels, Streams, resolve
 from terngrad.quantize import Encoded, Layout, LevelQuantizer, Quantizer, SymmetricGrid
-from terngrad.quantize.base import reference_only
 from terngrad.wire import codes_frame_nbytes
 
 Draws = Streams | torch.Tensor | None
@@ -111,7 +110,7 @@ class Exchange(ABC):
             raise ValueError(f"aggregate must be one of {AGGREGATES}, got {aggregate!r}")
         self.quantizer = quantizer
         self.link = link
-        self.kernels = kernels if kernels is not None else TorchKernels()
+        self.kernels = kernels if kernels is not None else resolve("torch")
         #: Algorithm 2's first option: levels coherent among the ranks (level quantizers)
         self.coherent = aggregate == "coherent"
         self.aggregator = quantize.get("fp16") if aggregate == "fp16" else quantizer
@@ -159,15 +158,11 @@ class Exchange(ABC):
             draws = self.kernels.uniform(draws, layout, flat.device)
         if not self._all_finite(flat):
             return Result(None, None)
-        # the public API's fused level kernels are numba's: another backend (kernels="torch",
-        # or "triton", which has none for them) keeps these messages on the reference
-        fused = isinstance(self.kernels, NumbaKernels)
-        with nullcontext() if fused else reference_only():
-            if self.coherent and isinstance(q, LevelQuantizer):
-                step = CoherentStep.agree(q, flat, layout, self.link, draws)
-                result = Result(self._coherent_exchange(step, generator), step.own_values())
-            else:
-                result = self._reduce_messages(flat, layout, draws, generator, key)
+        if self.coherent and isinstance(q, LevelQuantizer):
+            step = CoherentStep.agree(q, flat, layout, self.link, draws, self.kernels)
+            result = Result(self._coherent_exchange(step, generator), step.own_values())
+        else:
+            result = self._reduce_messages(flat, layout, draws, generator, key)
         if out is not None:
             out.copy_(result.mean)
             return Result(out, result.own)
@@ -215,8 +210,15 @@ class Exchange(ABC):
             total += v
         return total / self.link.size
 
-    @staticmethod
-    def _read_message(frame: torch.Tensor, q: Quantizer, numel: int, sender: int):
+    def _encode(self, q: Quantizer, flat: torch.Tensor, generator, segments, uniform=None):
+        """``q``'s message of ``flat`` on this exchange's kernels."""
+        return q.encode(flat, generator, segments=segments, uniform=uniform, kernels=self.kernels)
+
+    def _decode(self, q: Quantizer, message: Encoded) -> torch.Tensor:
+        """The flat values of ``q``'s ``message``, on this exchange's kernels."""
+        return q.decode(message, kernels=self.kernels).reshape(-1)
+
+    def _read_message(self, frame: torch.Tensor, q: Quantizer, numel: int, sender: int):
         enc = Encoded.from_frame(frame)
         if enc.method != q.name or enc.numel != numel:
             raise ExchangeMismatch(
@@ -224,7 +226,7 @@ class Exchange(ABC):
                 f"expected {q.name} with {numel}: the ranks disagree on the model, the bucket "
                 "layout or the quantizer"
             )
-        return q.decode(enc).reshape(-1)
+        return self._decode(q, enc)
 
     def _requantize(self, mean, layout: Layout, key: Hashable, generator) -> Encoded:
         """The aggregate as a message again, with server-side error feedback: the part the
@@ -232,9 +234,9 @@ class Exchange(ABC):
         residual = self.server_residuals.get(key)
         if residual is not None and residual.shape == mean.shape:
             mean = mean + residual
-        enc = self.aggregator.encode(mean, generator, segments=layout.segments)
+        enc = self._encode(self.aggregator, mean, generator, layout.segments)
         if self.aggregator.name != "fp32":
-            self.server_residuals[key] = mean - self.aggregator.decode(enc).reshape(-1)
+            self.server_residuals[key] = mean - self._decode(self.aggregator, enc)
         return enc
 
 
@@ -266,10 +268,10 @@ class ShardedExchange(Exchange, name="sharded"):
         bounds = shard_bounds(flat.numel(), link.size)
         parts = [layout.slice(a, b) for a, b in bounds]
         messages = [
-            q.encode(flat[a:b], generator, segments=part.segments, uniform=_part(uniform, a, b))
+            self._encode(q, flat[a:b], generator, part.segments, _part(uniform, a, b))
             for (a, b), part in zip(bounds, parts, strict=True)
         ]
-        own = torch.cat([q.decode(m).reshape(-1) for m in messages])
+        own = torch.cat([self._decode(q, m) for m in messages])
         me = link.rank
         lo, hi = bounds[me]
         received = link.all_to_all(
@@ -329,7 +331,7 @@ class ParameterServerExchange(Exchange, name="ps"):
     def _reduce_messages(self, flat, layout, uniform, generator, key):
         link, q = self.link, self.quantizer
         d = flat.numel()
-        message = q.encode(flat, generator, segments=layout.segments, uniform=uniform)
+        message = self._encode(q, flat, generator, layout.segments, uniform)
         gathered = link.gather(message.to_frame(), self.root)
         result = None
         if gathered is not None:
@@ -337,7 +339,9 @@ class ParameterServerExchange(Exchange, name="ps"):
             result = self._requantize(mean, layout, key, generator).to_frame()
         size = self.aggregator.message_nbytes(d, layout.segments)
         frame = link.broadcast(result, size, self.root, torch.device("cpu"))  # frames: host
-        return Result(self._read_message(frame, self.aggregator, d, self.root), q.decode(message))
+        return Result(
+            self._read_message(frame, self.aggregator, d, self.root), self._decode(q, message)
+        )
 
     def _coherent_exchange(self, step, generator):
         link, d = self.link, step.layout.numel
@@ -362,12 +366,12 @@ class AllGatherExchange(Exchange, name="allgather"):
     def _reduce_messages(self, flat, layout, uniform, generator, key):
         link, q = self.link, self.quantizer
         d = flat.numel()
-        message = q.encode(flat, generator, segments=layout.segments, uniform=uniform)
+        message = self._encode(q, flat, generator, layout.segments, uniform)
         gathered = link.all_gather(
             message.to_frame(), [q.message_nbytes(d, layout.segments)] * link.size
         )
         mean = self._mean([self._read_message(f, q, d, r) for r, f in enumerate(gathered)])
-        return Result(mean, q.decode(message).reshape(-1))
+        return Result(mean, self._decode(q, message))
 
     def _coherent_exchange(self, step, generator):
         d = step.layout.numel
@@ -387,8 +391,9 @@ def make_exchange(
     aggregate: str = "requantize",
     kernels: Kernels | None = None,
 ) -> Exchange:
-    """The exchange named ``topology`` (``kernels``: the backend of its per-step operations,
-    the torch reference by default); ``ValueError`` listing the choices otherwise."""
+    """The exchange named ``topology`` (``kernels``: the backend of its per-step operations and
+    its messages' ``encode``/``decode``, the torch reference by default); ``ValueError`` listing
+    the choices otherwise."""
     if topology not in Exchange.registry:
         raise ValueError(
             f"unknown topology {topology!r}; choose one of: {', '.join(Exchange.registry)}"

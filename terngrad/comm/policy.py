@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from terngrad.comm.grid import GridStep
+from terngrad.comm.grid_step import GridStep
 from terngrad.comm.traffic import grid_traffic, ring_bytes
 from terngrad.kernels import Kernels, Streams
 from terngrad.quantize import Layout, SymmetricGrid

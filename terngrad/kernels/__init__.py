@@ -1,44 +1,24 @@
-"""Fused encode/decode kernels and the counter-based random draws they share with the reference.
+"""The fused backends of :class:`~terngrad.quantize.kernels.Kernels` and the counter-based random
+draws they share with the reference.
 
-``kernels="auto"`` (the default of the DDP hook and ``Synchronizer``) takes the fused CPU
-kernels (numba) for CPU tensors and the Triton kernels for CUDA tensors, and falls back to the
-torch reference where the package they need is missing; ``kernels="torch"`` forces the
-reference; ``kernels="numba"`` or ``"triton"`` insist on one. See docs/performance.md for what
-each costs.
+Importing this package registers :class:`NumbaKernels` (fused CPU kernels) and
+:class:`TritonKernels` (CUDA tensors) with :func:`resolve`, the one place that chooses a
+backend: ``kernels="auto"`` (the default of ``Quantizer.encode``/``decode``, the DDP hook and
+``Synchronizer``) takes numba for CPU tensors and Triton for CUDA tensors, and falls back to the
+torch reference (:class:`TorchKernels`) where the package they need is missing;
+``kernels="torch"`` forces the reference; ``kernels="numba"`` or ``"triton"`` insist on one.
+``import terngrad`` imports this package. See docs/performance.md for what each costs.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import torch
 
-from terngrad.kernels.backend import GridInput, Kernels
-from terngrad.kernels.fused_cpu import NumbaKernels
-from terngrad.kernels.fused_gpu import TritonKernels
-from terngrad.kernels.public import Fused
-from terngrad.kernels.reference import TorchKernels
-from terngrad.quantize.base import install_fast_path
+from terngrad.kernels.fused_cpu import NumbaKernels, numba_available
+from terngrad.kernels.fused_gpu import TritonKernels, triton_available
+from terngrad.quantize.kernels import KERNELS, GridInput, Kernels, resolve
 from terngrad.quantize.random import Streams, counter_uniform, stream_seed
-
-install_fast_path(Fused())  # Quantizer.encode/decode on the fused kernels where they exist
-
-KERNELS = ("auto", "numba", "triton", "torch")
-
-
-def numba_available() -> bool:
-    """True if the fused CPU kernels can run here."""
-    return importlib.util.find_spec("numba") is not None
-
-
-def triton_available() -> bool:
-    """True if the Triton kernels can be compiled (or interpreted) here."""
-    return importlib.util.find_spec("triton") is not None
-
-
-def _interpreted() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
+from terngrad.quantize.reference import TorchKernels
 
 
 def warm_up(levels: bool = False) -> None:
@@ -53,7 +33,7 @@ def warm_up(levels: bool = False) -> None:
     from terngrad.quantize import Layout
     from terngrad.wire import Codec
 
-    kernels, q = NumbaKernels(), quantize.get("terngrad")
+    kernels, q = resolve("numba"), quantize.get("terngrad")
     grad, layout, streams = torch.linspace(-1, 1, 64), Layout.of(64), Streams((0,))
     grid = kernels.grid_prepare(q, grad, layout)
     packed = torch.empty(q.codec.nbytes(64), dtype=torch.uint8)
@@ -65,45 +45,11 @@ def warm_up(levels: bool = False) -> None:
     if levels:
         for name in ("orq", "bingrad-b"):  # stochastic and nearest rounding: every kernel
             level_q = quantize.get(name, bucket_size=16)
-            level_q.decode(level_q.encode(grad))
-
-
-def resolve(kernels: str = "auto", device: torch.device | str = "cpu") -> Kernels:
-    """The backend for tensors on ``device``: ``ValueError`` for an unknown name or a request
-    this machine cannot serve."""
-    if kernels not in KERNELS:
-        raise ValueError(f"kernels must be one of {', '.join(map(repr, KERNELS))}, got {kernels!r}")
-    kind = torch.device(device).type
-    if kernels == "auto":
-        if kind == "cpu" and numba_available():
-            return NumbaKernels()
-        if kind == "cuda" and triton_available():
-            return TritonKernels(device)
-        return TorchKernels()
-    if kernels == "torch":
-        return TorchKernels()
-    if kernels == "numba":
-        if kind != "cpu":
-            raise ValueError(
-                f"kernels='numba' runs on CPU tensors; these are on {torch.device(device)}: "
-                "use kernels='auto', 'triton' or 'torch'"
-            )
-        if not numba_available():
-            raise ValueError("kernels='numba' needs the numba package: pip install numba")
-        return NumbaKernels()
-    if kind != "cuda" and not (kind == "cpu" and _interpreted()):
-        raise ValueError(
-            f"kernels='triton' runs on CUDA tensors (or on CPU under TRITON_INTERPRET=1); "
-            f"these are on {torch.device(device)}: use kernels='auto'"
-        )
-    if not triton_available():
-        raise ValueError("kernels='triton' needs the triton package: pip install triton")
-    return TritonKernels(device)
+            level_q.decode(level_q.encode(grad, kernels=kernels), kernels=kernels)
 
 
 __all__ = [
     "KERNELS",
-    "Fused",
     "GridInput",
     "Kernels",
     "NumbaKernels",

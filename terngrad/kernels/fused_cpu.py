@@ -7,6 +7,8 @@ numba is imported when a :class:`NumbaKernels` is made, not when this module is.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import math
 import os
 import threading
@@ -14,16 +16,15 @@ import threading
 import numpy as np
 import torch
 
-from terngrad.kernels.backend import (
-    GridInput,
-    Kernels,
-    _check_draws,
-    _check_payload,
-    _check_range,
-    _moments,
-)
+from terngrad.kernels.checks import _check_payload, _check_range, _moments
+from terngrad.quantize import TorchKernels
+from terngrad.quantize.bingrad import PB_SWEEPS, BinGradB, BinGradPB
 from terngrad.quantize.grid import overflow_limit
+from terngrad.quantize.kernels import GridInput, Kernels, check_draws
+from terngrad.quantize.linear import Linear
+from terngrad.quantize.orq import ORQ
 from terngrad.quantize.random import Streams
+from terngrad.quantize.signsgd import SignSGD
 from terngrad.wire import BLOCK_WORDS, Codec, word_layout
 
 _TARGET_CHUNK = 32768  # elements per parallel task: a few hundred KB of scratch, in L2
@@ -66,10 +67,25 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().contiguous().numpy()
 
 
+@functools.cache
+def numba_available() -> bool:
+    """True if the fused CPU kernels can run here."""
+    return importlib.util.find_spec("numba") is not None
+
+
+def _level_method(q) -> int | None:
+    """The level kernels' code for ``q``'s method (its exact class: a subclass may change the
+    fit or the rounding), or ``None``: the reference runs that quantizer's level operations."""
+    from terngrad.kernels import levels_cpu as lc
+
+    codes = {Linear: lc.LINEAR, ORQ: lc.ORQ, BinGradB: lc.BINGRAD_B, BinGradPB: lc.BINGRAD_PB}
+    return {**codes, SignSGD: lc.SIGNSGD}.get(type(q))
+
+
 _launch = threading.Lock()
 
 
-class NumbaKernels(Kernels):
+class NumbaKernels(Kernels, name="numba", devices=("cpu",)):
     """Fused CPU kernels (numba), parallel over chunks with as many threads as torch uses.
 
     Numba's thread pool is its ``workqueue`` layer unless ``NUMBA_THREADING_LAYER`` says
@@ -79,8 +95,6 @@ class NumbaKernels(Kernels):
     layer must not be entered from two threads at once.
     """
 
-    name = "numba"
-
     def __init__(self) -> None:
         import numba  # ImportError here when numba is missing
 
@@ -89,6 +103,19 @@ class NumbaKernels(Kernels):
         from terngrad.kernels import cpu
 
         self._cpu = cpu
+        #: the level operations of a quantizer these kernels do not know
+        self._reference = TorchKernels()
+
+    @classmethod
+    def unavailable(cls, device: torch.device) -> str | None:
+        if device.type != "cpu":
+            return (
+                f"kernels='numba' runs on CPU tensors; these are on {device}: "
+                "use kernels='auto', 'triton' or 'torch'"
+            )
+        if not numba_available():
+            return "kernels='numba' needs the numba package: pip install numba"
+        return None
 
     @staticmethod
     def _run(kernel, *args):
@@ -114,7 +141,7 @@ class NumbaKernels(Kernels):
 
     def grid_pack(self, grid, shared, draws, lo, hi, codec, out):
         _check_range(lo, hi - lo, grid.layout, shared)
-        _check_draws(draws, grid.layout)
+        check_draws(draws, grid.layout)
         _check_payload(out, codec, hi - lo)
         layout = grid.layout
         bound = np.full(layout.n_buckets, np.inf, np.float32)
@@ -155,26 +182,26 @@ class NumbaKernels(Kernels):
         if not ok:
             raise ValueError(f"{codec} payload holds an invalid word or padding (corrupted data)")
 
-    # --- the level quantizers (terngrad.quantize.levels), for the public API
+    # --- the level quantizers (terngrad.quantize.levels): those of levels_cpu.py
 
-    def level_fit(
-        self, method: int, flat: torch.Tensor, layout, levels: int, sweeps: int, k: int
-    ) -> torch.Tensor | None:
-        """The float32 scales ``(n_buckets, k)`` of ``method`` (a ``levels_cpu`` code), or
-        ``None`` if ``flat`` holds a NaN or an Inf."""
+    def level_fit(self, q, flat, layout):
+        method = _level_method(q)
+        if method is None:
+            return self._reference.level_fit(q, flat, layout)
         from terngrad.kernels import levels_cpu
 
-        out = np.empty((layout.n_buckets, k), np.float32)
+        sweeps = q.sweeps if isinstance(q, ORQ) else PB_SWEEPS
+        out = np.empty((layout.n_buckets, q._scales_per_bucket(q.levels)), np.float32)
         x = _np(flat)
         finite = self._run(
-            levels_cpu.fit, x, x.view(np.uint32), _np(layout.bucket_starts), method, levels,
+            levels_cpu.fit, x, x.view(np.uint32), _np(layout.bucket_starts), method, q.levels,
             sweeps, out,
         )  # fmt: skip
         return torch.from_numpy(out) if finite else None
 
-    def level_pack(self, flat, layout, levels, stochastic: bool, draws, codec) -> torch.Tensor:
-        """The packed digits of ``flat`` rounded onto each bucket's ``levels`` (float32 rows):
-        at random with ``draws`` (streams or given uniforms) or to the nearest."""
+    def level_pack(self, q, flat, layout, levels, draws):
+        if _level_method(q) is None:
+            return self._reference.level_pack(q, flat, layout, levels, draws)
         from terngrad.kernels import levels_cpu
 
         mids = (levels[:, 1:] + levels[:, :-1]) / 2  # the reference's midpoints, in float32
@@ -184,27 +211,31 @@ class NumbaKernels(Kernels):
         else:
             keys = np.zeros(len(layout.segments), np.uint64)
             uniform = empty if draws is None else _np(draws.reshape(-1))
-        payload = torch.empty(codec.nbytes(layout.numel), dtype=torch.uint8)
+        payload = torch.empty(q.codec.nbytes(layout.numel), dtype=torch.uint8)
         self._run(
             levels_cpu.round_pack, _np(flat), _np(layout.bucket_starts), _np(levels), _np(mids),
-            stochastic, _np(layout.segment_starts), keys, uniform, *_codec_args(codec),
-            _chunk(codec), payload.numpy(),
+            q.stochastic, _np(layout.segment_starts), keys, uniform, *_codec_args(q.codec),
+            _chunk(q.codec), payload.numpy(),
         )  # fmt: skip
         return payload
 
-    def level_decode(self, payload, codec, layout, levels, out) -> bool:
-        """``out[i]`` = the level of digit ``i`` in its bucket's row of ``levels``; False if
-        the payload is corrupt."""
+    def level_decode(self, q, payload, codec, layout, levels, out):
+        if _level_method(q) is None:
+            self._reference.level_decode(q, payload, codec, layout, levels, out)
+            return
         from terngrad.kernels import levels_cpu
 
         _check_payload(payload, codec, layout.numel)
-        return self._run(
+        ok = self._run(
             levels_cpu.decode_levels, _np(payload), layout.numel, *_codec_args(codec),
             _np(layout.bucket_starts), _np(levels), _chunk(codec), out.numpy(),
         )  # fmt: skip
+        if not ok:
+            codec.unpack(payload, layout.numel)  # the wire layer says what is wrong
+            raise ValueError(f"{codec} payload holds an invalid word or padding (corrupted data)")
 
     def uniform(self, streams, layout, device="cpu"):
-        _check_draws(streams, layout)
+        check_draws(streams, layout)
         out = np.empty(layout.numel, np.float32)
         self._run(
             self._cpu.uniform_into, _np(layout.segment_starts), streams.key_array(), _TARGET_CHUNK,

@@ -1,33 +1,40 @@
 """The fused GPU backend: each of the exchange's operations in one pass over CUDA tensors,
 through the Triton kernels of :mod:`terngrad.kernels.gpu` (or on CPU tensors under Triton's
-interpreter, ``TRITON_INTERPRET=1``). Codecs those kernels do not cover go to the reference.
+interpreter, ``TRITON_INTERPRET=1``). Codecs those kernels do not cover go to the reference, and
+so do the level quantizers' operations (no Triton level kernels yet).
 
 triton is imported when a :class:`TritonKernels` is made, not when this module is.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from terngrad.kernels.backend import (
-    GridInput,
-    Kernels,
-    _check_draws,
-    _check_payload,
-    _check_range,
-    _moments,
-)
-from terngrad.kernels.reference import TorchKernels
-from terngrad.quantize import Layout
+from terngrad.kernels.checks import _check_payload, _check_range, _moments
+from terngrad.quantize import Layout, TorchKernels
 from terngrad.quantize.grid import overflow_limit
+from terngrad.quantize.kernels import GridInput, Kernels, check_draws
 from terngrad.quantize.random import Streams
 from terngrad.wire import BLOCK_WORDS, Codec, word_layout
 
 _BLOCK = 256
+
+
+@functools.cache
+def triton_available() -> bool:
+    """True if the Triton kernels can be compiled (or interpreted) here."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def _interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -73,12 +80,11 @@ class _SegmentTables:
         )
 
 
-class TritonKernels(Kernels):
+class TritonKernels(Kernels, name="triton", devices=("cuda",)):
     """Fused Triton kernels for CUDA tensors (tested on CPU through Triton's interpreter).
     Payloads may live on the host (frames are assembled there): they are copied to and from
-    the gradient's device around the kernel."""
-
-    name = "triton"
+    the gradient's device around the kernel. The level quantizers' operations are the
+    reference's."""
 
     def __init__(self, device: torch.device | str = "cuda") -> None:
         from terngrad.kernels import gpu  # ImportError here when triton is missing
@@ -87,6 +93,21 @@ class TritonKernels(Kernels):
         self._reference = TorchKernels()
         #: where the kernels run; payloads read from host frames are copied here
         self.device = torch.device(device)
+
+    @classmethod
+    def unavailable(cls, device: torch.device) -> str | None:
+        if device.type != "cuda" and not (device.type == "cpu" and _interpreted()):
+            return (
+                f"kernels='triton' runs on CUDA tensors (or on CPU under TRITON_INTERPRET=1); "
+                f"these are on {device}: use kernels='auto'"
+            )
+        if not triton_available():
+            return "kernels='triton' needs the triton package: pip install triton"
+        return None
+
+    @classmethod
+    def for_device(cls, device: torch.device) -> TritonKernels:
+        return cls(device)
 
     def grid_prepare(self, q, flat, layout):
         device = flat.device
@@ -122,7 +143,7 @@ class TritonKernels(Kernels):
 
     def grid_pack(self, grid, shared, draws, lo, hi, codec, out):
         _check_range(lo, hi - lo, grid.layout, shared)
-        _check_draws(draws, grid.layout)
+        check_draws(draws, grid.layout)
         spec = _triton_codec(codec)
         if spec is None:
             ref = self._reference.grid_prepare(grid.quantizer, grid.flat, grid.layout)
@@ -202,7 +223,7 @@ class TritonKernels(Kernels):
             raise ValueError(f"{codec} payload holds an invalid word or padding (corrupted data)")
 
     def uniform(self, streams, layout, device="cpu"):
-        _check_draws(streams, layout)
+        check_draws(streams, layout)
         tables = _SegmentTables.of(layout, torch.device(device))
         out = torch.empty(layout.numel, device=device)
         keys = torch.tensor(list(streams.keys), dtype=torch.int64, device=device)
@@ -212,3 +233,14 @@ class TritonKernels(Kernels):
                 STEPS=tables.steps, BLOCK=_BLOCK,
             )  # fmt: skip
         return out
+
+    # --- the level quantizers: no Triton kernels yet, the reference's operations
+
+    def level_fit(self, q, flat, layout):
+        return self._reference.level_fit(q, flat, layout)
+
+    def level_pack(self, q, flat, layout, levels, draws):
+        return self._reference.level_pack(q, flat, layout, levels, draws)
+
+    def level_decode(self, q, payload, codec, layout, levels, out):
+        self._reference.level_decode(q, payload, codec, layout, levels, out)

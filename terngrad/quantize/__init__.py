@@ -7,7 +7,9 @@
 >>> enc.nbytes                    # exact bytes on the wire
 
 ``names()`` lists the methods; ``docs/quantizers.md`` gives each one's formula, bias, variance
-and bits per element.
+and bits per element. ``encode``/``decode`` take ``kernels=``, the backend that runs
+(:func:`resolve`: by default the fused kernels where they run, ``"torch"`` the reference; the
+same bytes either way).
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from typing import Any
 import torch
 
 from terngrad.quantize import bingrad, identity, linear, orq, qsgd, signsgd, terngrad  # noqa: F401
-from terngrad.quantize.base import Encoded, Layout, Quantizer, lookup, registered_names
+from terngrad.quantize.base import Encoded, Quantizer, lookup, registered_names
 from terngrad.quantize.grid import Moments, SymmetricGrid
+from terngrad.quantize.kernels import Kernels, resolve
+from terngrad.quantize.layout import Layout
 from terngrad.quantize.levels import LevelQuantizer
+from terngrad.quantize.reference import TorchKernels  # registers the reference backend
 
 
 def names() -> list[str]:
@@ -41,20 +46,26 @@ def get(name: str, **options: Any) -> Quantizer:
     return cls(**options)
 
 
-def decode(message: Encoded | torch.Tensor | bytes) -> torch.Tensor:
-    """Decode an :class:`Encoded` or a frame with whichever method produced it."""
+def decode(
+    message: Encoded | torch.Tensor | bytes, kernels: str | Kernels | None = None
+) -> torch.Tensor:
+    """Decode an :class:`Encoded` or a frame with whichever method produced it (``kernels``
+    as in :meth:`Quantizer.decode`)."""
     encoded = message if isinstance(message, Encoded) else Encoded.from_frame(message)
-    return lookup(encoded.method)().decode(encoded)
+    return lookup(encoded.method)().decode(encoded, kernels=kernels)
 
 
 __all__ = [
     "Encoded",
+    "Kernels",
     "Layout",
     "LevelQuantizer",
     "Moments",
     "Quantizer",
     "SymmetricGrid",
+    "TorchKernels",
     "decode",
     "get",
     "names",
+    "resolve",
 ]

@@ -1,5 +1,6 @@
 """What every quantizer shares: the :class:`Encoded` message, the :class:`Quantizer` interface
-and registry, input checks, bucketing and stochastic rounding.
+and registry, and stochastic rounding (bucketing: :mod:`terngrad.quantize.layout`; the input
+checks: :mod:`terngrad.quantize.checks`).
 
 A quantizer maps a gradient ``g`` (any shape, float) to a few float32 *scales* per bucket and one
 integer *digit* per element; the wire layer packs the digits, and :class:`Encoded` is exactly
@@ -11,16 +12,16 @@ from __future__ import annotations
 import difflib
 import inspect
 import math
-import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import torch
 
+from terngrad.quantize.checks import check_digits, check_finite, check_gradient, flat_gradient
+from terngrad.quantize.kernels import Draws, Kernels, resolve
+from terngrad.quantize.layout import Layout
 from terngrad.quantize.random import Streams
 from terngrad.wire import Codec, FrameHeader, frame_nbytes, read_frame, write_frame
 
@@ -106,219 +107,7 @@ class Encoded:
         )
 
 
-# --------------------------------------------------------------------------- checks
-
-
-def flat_gradient(grad: Any) -> torch.Tensor:
-    """The gradient as a flat, contiguous float32 tensor (no copy if it is one already); a
-    clear error for anything that is not a floating-point tensor."""
-    if not isinstance(grad, torch.Tensor):
-        raise TypeError(f"gradient must be a torch.Tensor, got {type(grad).__name__}")
-    if not grad.dtype.is_floating_point:
-        raise ValueError(
-            f"gradient must be a floating-point tensor (float32, float16, bfloat16, float64), "
-            f"got {grad.dtype}"
-        )
-    return grad.detach().reshape(-1).to(torch.float32).contiguous()
-
-
-def check_finite(flat: torch.Tensor) -> torch.Tensor:
-    """``flat`` itself, or a clear error naming how many of its values are NaN or Inf."""
-    bad = flat.numel() - int(torch.isfinite(flat).sum())
-    if bad:
-        raise ValueError(
-            f"gradient has {bad} non-finite value(s) (NaN or Inf) out of {flat.numel()}; "
-            "they cannot be quantized: skip this step or find where the loss diverged"
-        )
-    return flat
-
-
-def check_gradient(grad: Any) -> torch.Tensor:
-    """The gradient as a flat float32 tensor; a clear error for anything a quantizer can't take."""
-    return check_finite(flat_gradient(grad))
-
-
-class FastPath(Protocol):
-    """Fused encode and decode that a layer above installs (:mod:`terngrad.kernels.public`);
-    each returns ``None`` where it does not apply, and then the reference code runs. Given the
-    same draws they produce the reference's bytes and values exactly."""
-
-    def encode(
-        self, q: Quantizer, flat: torch.Tensor, layout: Layout, draws: Any,
-        scale: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor] | None:  # fmt: skip
-        """``(scales, payload)`` of a finite ``flat``, or ``None`` (also for a non-finite one:
-        the reference then says what is wrong)."""
-
-    def decode(
-        self, q: Quantizer, encoded: Encoded, layout: Layout, out: torch.Tensor | None
-    ) -> torch.Tensor | None:
-        """The flat float32 values of ``encoded`` (written into the flat ``out`` if given), or
-        ``None``."""
-
-    def fit(self, q: Quantizer, flat: torch.Tensor, layout: Layout) -> torch.Tensor | None:
-        """The float32 scales ``(n_buckets, k)`` a level quantizer fits to a finite ``flat``,
-        or ``None``."""
-
-
-_FAST: list[FastPath] = []
-
-
-def install_fast_path(path: FastPath | None) -> None:
-    """Make ``encode`` and ``decode`` try ``path`` first (``None``: the reference only)."""
-    _FAST[:] = [] if path is None else [path]
-
-
-_THREAD = threading.local()
-
-
-def fast_path() -> FastPath | None:
-    """The installed fast path, if any (``None`` inside :func:`reference_only`)."""
-    return _FAST[0] if _FAST and not getattr(_THREAD, "reference", False) else None
-
-
-@contextmanager
-def reference_only() -> Iterator[None]:
-    """Run ``encode``, ``decode`` and ``variance`` on the reference code in this thread, for
-    the duration: how an exchange with ``kernels="torch"`` keeps the fused kernels out."""
-    before = getattr(_THREAD, "reference", False)
-    _THREAD.reference = True
-    try:
-        yield
-    finally:
-        _THREAD.reference = before
-
-
-def check_bucket_size(bucket_size: Any) -> int | None:
-    """``None`` (one bucket per tensor) or a positive integer below 2**32."""
-    if bucket_size is None:
-        return None
-    if (
-        isinstance(bucket_size, bool)
-        or not isinstance(bucket_size, int)
-        or not (1 <= bucket_size < 2**32)
-    ):
-        raise ValueError(f"bucket_size must be None or a positive integer, got {bucket_size!r}")
-    return bucket_size
-
-
-def check_levels(levels: Any, name: str) -> int:
-    """A number of distinct values: an integer in [2, 65535]."""
-    if isinstance(levels, bool) or not isinstance(levels, int) or not 2 <= levels <= 65535:
-        raise ValueError(
-            f"{name}: levels counts the distinct quantized values and must be an integer in "
-            f"[2, 65535], got {levels!r}"
-        )
-    return levels
-
-
-def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
-    return value
-
-
-# --------------------------------------------------------------------------- layout
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How a flat gradient is cut into scale groups ("buckets").
-
-    The flat tensor is a run of consecutive ``segments`` (the layers of a flat buffer, or one
-    segment for a single tensor); each segment is cut into buckets of ``bucket_size`` elements,
-    its last bucket shorter (``None``: one bucket per segment). Every bucket gets its own scales,
-    so TernGrad's scales stay layer-wise even when several layers travel in one buffer.
-    """
-
-    segments: tuple[int, ...]
-    bucket_size: int | None = None
-
-    @classmethod
-    def of(
-        cls, numel: int, segments: Sequence[int] | None = None, bucket_size: int | None = None
-    ) -> Layout:
-        """The layout of a flat tensor of ``numel`` elements; ``segments`` must sum to it."""
-        if segments is None:
-            return cls((numel,), bucket_size)
-        segs = tuple(segments)
-        if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in segs):
-            raise ValueError(f"segments must be non-negative integers, got {list(segs)[:8]}...")
-        if sum(segs) != numel:
-            raise ValueError(f"segments sum to {sum(segs)} elements, the gradient has {numel}")
-        return cls(segs or (0,), bucket_size)
-
-    @property
-    def numel(self) -> int:
-        return sum(self.segments)
-
-    @cached_property
-    def _blocks(self) -> tuple[tuple[int, int, int], ...]:
-        """``(start, rows, cols)`` of each 2-D block of whole buckets, in bucket order."""
-        out, start = [], 0
-        for n in self.segments:
-            size = self.bucket_size if self.bucket_size and self.bucket_size < n else n
-            if n:
-                full = n - n % size
-                out.append((start, full // size, size))
-                if full < n:
-                    out.append((start + full, 1, n - full))
-            start += n
-        return tuple(out)
-
-    @property
-    def n_buckets(self) -> int:
-        return sum(rows for _, rows, _ in self._blocks)
-
-    @cached_property
-    def bucket_lengths(self) -> torch.Tensor:
-        """Elements of each bucket (int64)."""
-        return torch.tensor(
-            [cols for _, rows, cols in self._blocks for _ in range(rows)], dtype=torch.int64
-        )
-
-    @cached_property
-    def bucket_starts(self) -> torch.Tensor:
-        """Offset of each bucket's first element, then ``numel`` (int64, ``n_buckets + 1``)."""
-        return torch.cat([torch.zeros(1, dtype=torch.int64), self.bucket_lengths.cumsum(0)])
-
-    @cached_property
-    def segment_starts(self) -> torch.Tensor:
-        """Offset of each segment's first element, then ``numel`` (int64)."""
-        lengths = torch.tensor(self.segments, dtype=torch.int64)
-        return torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
-
-    def rows(self, flat: torch.Tensor) -> list[torch.Tensor]:
-        """Views of ``flat`` as 2-D blocks, one bucket a row; per-row results concatenated in
-        order are in bucket order, and flattened per-element results are in element order."""
-        return [flat[s : s + r * c].view(r, c) for s, r, c in self._blocks]
-
-    def reduce(self, flat: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]):
-        """``fn`` over the rows of every block, concatenated: one result per bucket."""
-        parts = [fn(rows) for rows in self.rows(flat)]
-        return torch.cat(parts) if parts else flat.new_empty(0)
-
-    def expand(self, per_bucket: torch.Tensor) -> torch.Tensor:
-        """Each bucket's value repeated over its elements."""
-        if self.n_buckets == 1:
-            return per_bucket.expand(self.numel)
-        return per_bucket.repeat_interleave(self.bucket_lengths.to(per_bucket.device))
-
-    def slice(self, start: int, stop: int) -> Layout:
-        """The layout of ``flat[start:stop]``: the segments cut at the ends, buckets restarting
-        at the new start."""
-        segs, offset = [], 0
-        for n in self.segments:
-            lo, hi = max(offset, start), min(offset + n, stop)
-            if hi > lo:
-                segs.append(hi - lo)
-            offset += n
-        return Layout(tuple(segs) or (0,), self.bucket_size)
-
-    @property
-    def wire_segments(self) -> tuple[int, ...]:
-        """The segments as a frame records them: empty for a single segment."""
-        return self.segments if len(self.segments) > 1 else ()
+# --------------------------------------------------------------------------- rounding
 
 
 def stochastic_round(t: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
@@ -399,6 +188,7 @@ class Quantizer(ABC):
         scale: float | torch.Tensor | None = None,
         segments: Sequence[int] | None = None,
         uniform: torch.Tensor | None = None,
+        kernels: str | Kernels | None = None,
     ) -> Encoded:
         """Quantize ``grad`` (any shape, floating point, finite) into one wire message.
 
@@ -406,19 +196,20 @@ class Quantizer(ABC):
         ``None``), or ``uniform`` gives them: one value in [0, 1) per element, in flat order;
         ``scale`` imposes the scale of each bucket (a number or one value per bucket) where the
         method supports it; ``segments`` gives the lengths of the layers packed one after
-        another in a flat ``grad``, so that each gets its own scales.
+        another in a flat ``grad``, so that each gets its own scales. ``kernels`` is the
+        backend that runs (:func:`~terngrad.quantize.kernels.resolve`: ``None``/``"auto"``
+        the fused kernels where they run, ``"torch"`` the reference, or a
+        :class:`~terngrad.quantize.kernels.Kernels`); every backend gives the same bytes.
         """
         flat = flat_gradient(grad)
         layout = Layout.of(flat.numel(), segments, self.bucket_size)
         scale_t = self._check_scale(scale, layout, flat.device)
         draws = self._draws(flat, layout, generator, uniform)
-        path = fast_path()
-        fast = path.encode(self, flat, layout, draws, scale_t) if path and flat.numel() else None
-        if fast is not None:
-            scales, payload = fast
-        else:
-            scales, values = self._quantize_drawn(check_finite(flat), layout, draws, scale_t)
-            payload = self.codec.pack(values)
+        backend = resolve(kernels, flat.device)
+        if flat.numel():
+            scales, payload = self._encode(backend, flat, layout, draws, scale_t)
+        else:  # nothing for a kernel to do
+            scales, payload = self._encode_reference(flat, layout, draws, scale_t)
         return Encoded(
             method=self.name,
             shape=tuple(grad.shape),
@@ -438,10 +229,16 @@ class Quantizer(ABC):
         n_scales = layout.n_buckets * self._scales_per_bucket(self.levels)
         return frame_nbytes(1, n_scales, self.codec.nbytes(numel), len(layout.wire_segments))
 
-    def decode(self, encoded: Encoded, out: torch.Tensor | None = None) -> torch.Tensor:
+    def decode(
+        self,
+        encoded: Encoded,
+        out: torch.Tensor | None = None,
+        kernels: str | Kernels | None = None,
+    ) -> torch.Tensor:
         """The float32 tensor ``encoded`` stands for, in the original shape; written into
         ``out`` if given (a contiguous float32 tensor of as many elements, e.g. the gradient's
-        own buffer: no allocation of the tensor's size, as the DDP hook decodes)."""
+        own buffer: no allocation of the tensor's size, as the DDP hook decodes). ``kernels``
+        as in :meth:`encode`, for the device of ``out`` (else of the payload)."""
         if not isinstance(encoded, Encoded):
             raise TypeError(f"decode takes an Encoded, got {type(encoded).__name__}")
         if encoded.method != self.name:
@@ -467,22 +264,13 @@ class Quantizer(ABC):
                 f"out must be a contiguous float32 tensor of {layout.numel} elements, got "
                 f"{getattr(out, 'dtype', type(out).__name__)} of {getattr(out, 'shape', '?')}"
             )
-        path = fast_path()
-        if path is not None and layout.numel:
-            flat_out = None if out is None else out.view(-1)
-            fast = path.decode(self, encoded, layout, flat_out)
-            if fast is not None:
-                return fast.view(encoded.shape) if out is None else out
-        values = encoded.codec.unpack(encoded.payload, layout.numel)
-        if not encoded.codec.is_float and layout.numel and int(values.max()) >= encoded.levels:
-            raise ValueError(
-                f"{self.name} message has a digit {int(values.max())} beyond its "
-                f"{encoded.levels} levels (corrupted payload)"
-            )
-        flat = self.dequantize(encoded.scales, values, layout, encoded.levels)
-        if out is not None:
-            return out.copy_(flat.view(out.shape))
-        return flat.reshape(encoded.shape)
+        backend = resolve(kernels, encoded.payload.device if out is None else out.device)
+        flat_out = None if out is None else out.view(-1)
+        if layout.numel:
+            flat = self._decode(backend, encoded, layout, flat_out)
+        else:  # nothing for a kernel to do
+            flat = self._decode_reference(encoded, layout, flat_out)
+        return flat.reshape(encoded.shape) if out is None else out
 
     def quantize(
         self,
@@ -507,7 +295,7 @@ class Quantizer(ABC):
         layout: Layout,
         generator: torch.Generator | None,
         uniform: torch.Tensor | None,
-    ) -> Streams | torch.Tensor | None:
+    ) -> Draws | None:
         """The draws of one encoding: ``uniform`` (checked), or one counter-based stream per
         segment keyed from ``generator``; ``None`` for a deterministic method."""
         if uniform is not None and (
@@ -529,9 +317,10 @@ class Quantizer(ABC):
         self,
         flat: torch.Tensor,
         layout: Layout,
-        draws: Streams | torch.Tensor | None,
+        draws: Draws | None,
         scale: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The reference's ``(scales, values)`` for the given draws."""
         if not flat.numel():
             return flat.new_empty(0), flat.new_empty(0, dtype=torch.int64)
         uniform = (
@@ -539,6 +328,62 @@ class Quantizer(ABC):
         )
         scales, values = self._quantize(flat, layout, uniform, scale)
         return scales.to(torch.float32).reshape(-1), values
+
+    # --- what runs: each family overrides these with its kernels' operations
+
+    def _encode(
+        self,
+        kernels: Kernels,
+        flat: torch.Tensor,
+        layout: Layout,
+        draws: Draws | None,
+        scale: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scales, payload)`` of a non-empty flat float32 gradient (``ValueError`` if it is
+        not finite): by default the reference, no kernels (the float baselines)."""
+        return self._encode_reference(flat, layout, draws, scale)
+
+    def _decode(
+        self,
+        kernels: Kernels,
+        encoded: Encoded,
+        layout: Layout,
+        out: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The flat float32 values of a non-empty, checked message, written into the flat
+        ``out`` if given: by default the reference, no kernels (the float baselines)."""
+        return self._decode_reference(encoded, layout, out)
+
+    def _encode_reference(
+        self, flat: torch.Tensor, layout: Layout, draws: Draws | None, scale: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`quantize` and the codec's packing."""
+        scales, values = self._quantize_drawn(check_finite(flat), layout, draws, scale)
+        return scales, self.codec.pack(values)
+
+    def _decode_reference(
+        self, encoded: Encoded, layout: Layout, out: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The codec's unpacking, the digits' range and :meth:`dequantize`."""
+        values = encoded.codec.unpack(encoded.payload, layout.numel)
+        if not encoded.codec.is_float:
+            check_digits(self.name, values, encoded.levels)
+        flat = self.dequantize(encoded.scales, values, layout, encoded.levels)
+        return flat if out is None else out.copy_(flat)
+
+    def _digit_payload(self, encoded: Encoded, device: torch.device) -> torch.Tensor:
+        """The payload of a message of digits, on ``device``, for the kernels: its digits are
+        checked first where its codec can hold one beyond the message's levels (a 2-bit field
+        in a message of 3 levels); the kernels check the words of a base-``levels`` codec."""
+        codec = encoded.codec
+        if codec.is_float:
+            raise ValueError(
+                f"{self.name} message packs {codec} floats where it packs digits (corrupted header)"
+            )
+        if codec != Codec.base(encoded.levels):
+            numel = encoded.layout.numel
+            check_digits(self.name, codec.unpack(encoded.payload, numel), encoded.levels)
+        return encoded.payload.to(device)
 
     def dequantize(
         self, scales: torch.Tensor, values: torch.Tensor, layout: Layout, levels: int
@@ -553,18 +398,21 @@ class Quantizer(ABC):
         grad: torch.Tensor,
         scale: float | torch.Tensor | None = None,
         segments: Sequence[int] | None = None,
+        kernels: str | Kernels | None = None,
     ) -> float:
         """Exact ``E||decode(encode(g)) - g||^2`` over the random draws (no sampling).
 
         For unbiased methods this is the variance; for biased ones it includes the squared
-        bias (clipping, clamping, deterministic rounding).
+        bias (clipping, clamping, deterministic rounding). ``kernels`` as in :meth:`encode`
+        (the level quantizers' fit runs on them).
         """
         flat = check_gradient(grad)
         layout = Layout.of(flat.numel(), segments, self.bucket_size)
         scale_t = self._check_scale(scale, layout, flat.device)
+        backend = resolve(kernels, flat.device)
         if not flat.numel():
             return 0.0
-        return float(self._expected_sq_error(flat, layout, scale_t))
+        return float(self._expected_sq_error(flat, layout, scale_t, backend))
 
     # --- what each method implements
 
@@ -586,9 +434,10 @@ class Quantizer(ABC):
 
     @abstractmethod
     def _expected_sq_error(
-        self, flat: torch.Tensor, layout: Layout, scale: torch.Tensor | None
+        self, flat: torch.Tensor, layout: Layout, scale: torch.Tensor | None, kernels: Kernels
     ) -> torch.Tensor:
-        """Exact ``E||Q(g) - g||^2`` for a non-empty flat float32 gradient."""
+        """Exact ``E||Q(g) - g||^2`` for a non-empty flat float32 gradient (``kernels`` runs
+        whatever the formula needs fitted)."""
 
     def _scales_per_bucket(self, levels: int) -> int:
         """Float32 scales each bucket sends, for a message of ``levels`` levels."""

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from terngrad.quantize.base import Layout
+from terngrad.quantize.layout import Layout
 
 
 def check_clip(clip: Any, name: str) -> float | None:

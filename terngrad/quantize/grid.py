@@ -22,8 +22,11 @@ from dataclasses import dataclass
 
 import torch
 
-from terngrad.quantize.base import Layout, Quantizer, stochastic_round
+from terngrad.quantize.base import Encoded, Quantizer, stochastic_round
+from terngrad.quantize.checks import check_finite
 from terngrad.quantize.clipping import clip_to_sigma
+from terngrad.quantize.kernels import Draws, Kernels
+from terngrad.quantize.layout import Layout
 from terngrad.wire import Codec
 
 FLOAT32_MAX = torch.finfo(torch.float32).max
@@ -158,7 +161,43 @@ class SymmetricGrid(Quantizer):
         m = (levels - 1) // 2
         return _grid_values(scales, values.to(torch.int64) - m, layout, m)
 
-    def _expected_sq_error(self, flat, layout, scale):
+    def _encode(
+        self,
+        kernels: Kernels,
+        flat: torch.Tensor,
+        layout: Layout,
+        draws: Draws | None,
+        scale: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """On ``kernels``: the local scales (``grid_prepare``), then every digit ``j + m`` on
+        the grid of the shared scales (the imposed ``scale``, else the local ones) packed in
+        one ``grid_pack``; the payload and a dense float32 copy of the shared scales on the
+        gradient's device."""
+        grid = kernels.grid_prepare(self, flat, layout)
+        if not bool(torch.isfinite(grid.local).all()):
+            check_finite(flat)  # a NaN or Inf makes its bucket's scale non-finite: says which
+        shared = grid.local if scale is None else scale
+        payload = torch.empty(
+            self.codec.nbytes(layout.numel), dtype=torch.uint8, device=flat.device
+        )
+        kernels.grid_pack(grid, shared, draws, 0, layout.numel, self.codec, payload)
+        scales = torch.empty(layout.n_buckets, device=flat.device)
+        return scales.copy_(shared.reshape(-1)), payload
+
+    def _decode(
+        self, kernels: Kernels, encoded: Encoded, layout: Layout, out: torch.Tensor | None
+    ) -> torch.Tensor:
+        """On ``kernels``: ``s (d - m) / m`` per element (``decode_into``), ``m`` from the
+        message's levels, into ``out`` or a new tensor on the payload's device."""
+        device = encoded.payload.device if out is None else out.device
+        payload = self._digit_payload(encoded, device)
+        flat = torch.empty(layout.numel, device=device) if out is None else out
+        m = (encoded.levels - 1) // 2
+        scales = encoded.scales.to(device, torch.float32)
+        kernels.decode_into(flat, payload, encoded.codec, m, m, 0, layout, scales)
+        return flat
+
+    def _expected_sq_error(self, flat, layout, scale, kernels=None):
         y, local = self.prepare(flat, layout)
         s_el = layout.expand(local if scale is None else scale)
         t = self._position(y, s_el)

@@ -30,7 +30,7 @@ class FP32(Quantizer, name="fp32", method_id=0):
     def _dequantize(self, scales, values, layout, levels):
         return values.to(torch.float32)
 
-    def _expected_sq_error(self, flat, layout, scale):
+    def _expected_sq_error(self, flat, layout, scale, kernels=None):
         return torch.zeros((), dtype=torch.float64)
 
     def _scales_per_bucket(self, levels: int) -> int:
@@ -54,6 +54,6 @@ class FP16(FP32, name="fp16", method_id=1):
     def _quantize(self, flat, layout, uniform, scale):
         return flat.new_empty(0), flat.clamp(-FP16_MAX, FP16_MAX).half()
 
-    def _expected_sq_error(self, flat, layout, scale):
+    def _expected_sq_error(self, flat, layout, scale, kernels=None):
         cast = flat.clamp(-FP16_MAX, FP16_MAX).half().float()
         return (cast.double() - flat.double()).square().sum()

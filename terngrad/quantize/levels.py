@@ -31,8 +31,11 @@ from typing import ClassVar
 
 import torch
 
-from terngrad.quantize.base import Layout, Quantizer, fast_path
+from terngrad.quantize.base import Encoded, Quantizer
+from terngrad.quantize.checks import check_finite
 from terngrad.quantize.clipping import clip_to_sigma
+from terngrad.quantize.kernels import Draws, Kernels, resolve
+from terngrad.quantize.layout import Layout
 from terngrad.wire import Codec
 
 
@@ -77,18 +80,28 @@ class LevelQuantizer(Quantizer):
     def _levels(self, scales: torch.Tensor, levels: int) -> torch.Tensor:
         """Sorted levels ``(rows, levels)`` from float32 scales ``(rows, k)``."""
 
-    def scales(self, flat: torch.Tensor, layout: Layout) -> torch.Tensor:
-        """The float32 scales ``(n_buckets, k)`` of a finite flat gradient: ``_fit`` per block
-        of buckets, or the installed fused kernels' fit (the same bits)."""
-        path = fast_path()
-        fused = path.fit(self, flat, layout) if path is not None else None
-        if fused is not None:
-            return fused
-        return torch.cat([self._fit(rows).to(torch.float32) for rows in layout.rows(flat)])
+    def scales(
+        self, flat: torch.Tensor, layout: Layout, kernels: str | Kernels | None = None
+    ) -> torch.Tensor:
+        """The float32 scales ``(n_buckets, k)`` of a finite flat gradient: ``_fit`` per
+        bucket, run by ``kernels`` (:func:`~terngrad.quantize.kernels.resolve`; every backend
+        gives the same bits); ``ValueError`` naming the values that are not finite."""
+        return self._fitted(resolve(kernels, flat.device), flat, layout, flat)
 
-    def _bucket_levels(self, flat: torch.Tensor, layout: Layout):
+    def _fitted(
+        self, kernels: Kernels, y: torch.Tensor, layout: Layout, original: torch.Tensor
+    ) -> torch.Tensor:
+        """``kernels.level_fit`` of the prepared ``y``; the reference's error, counted on the
+        ``original`` gradient, if it holds a NaN or an Inf."""
+        scales = kernels.level_fit(self, y, layout)
+        if scales is None:
+            check_finite(original)  # the fit refuses NaN and Inf alone: this raises
+            raise ValueError(f"{kernels.name} kernels refused to fit {self.name}'s levels")
+        return scales
+
+    def _bucket_levels(self, flat: torch.Tensor, layout: Layout, kernels: Kernels):
         """Per bucket block: ``(rows, float32 scales, levels)``."""
-        scales, start = self.scales(flat, layout), 0
+        scales, start = self.scales(flat, layout, kernels), 0
         for rows in layout.rows(flat):
             sc = scales[start : start + rows.shape[0]]
             start += rows.shape[0]
@@ -120,7 +133,18 @@ class LevelQuantizer(Quantizer):
         """The digits (int64, flat order) of prepared values ``y`` on the levels of given
         float32 ``scales`` ``(n_buckets, k)``: the method's own rounding, or ``rounding``
         (``"stochastic"``, ``"nearest"``); ``uniform`` are the draws of stochastic rounding."""
-        levels = self._levels(scales, self.levels)
+        return self.round_levels(y, layout, self._levels(scales, self.levels), uniform, rounding)
+
+    def round_levels(
+        self,
+        y: torch.Tensor,
+        layout: Layout,
+        levels: torch.Tensor,
+        uniform: torch.Tensor | None,
+        rounding: str | None = None,
+    ) -> torch.Tensor:
+        """The digits (int64, flat order) of prepared values ``y`` on each bucket's sorted
+        ``levels`` (one row per bucket), as :meth:`round_onto`."""
         digits, start = [], 0
         u_rows = layout.rows(uniform) if uniform is not None else None
         for i, rows in enumerate(layout.rows(y)):
@@ -146,23 +170,61 @@ class LevelQuantizer(Quantizer):
         p = torch.where(width > 0, (y.double() - lo.double()) / width, 0.0)  # float32 spans
         return idx + (uniform.double() < p)
 
+    @staticmethod
+    def gather_levels(levels: torch.Tensor, digits: torch.Tensor, layout: Layout) -> torch.Tensor:
+        """``levels[b, d_j]`` for each digit ``d_j`` (flat order) of bucket ``b``: the flat
+        values of a message on the levels (one row per bucket)."""
+        out, start = [], 0
+        for rows in layout.rows(digits):
+            out.append(levels[start : start + rows.shape[0]].gather(1, rows.long()).reshape(-1))
+            start += rows.shape[0]
+        return torch.cat(out)
+
     def _quantize(self, flat, layout, uniform, scale):
         y = self.prepare(flat, layout)
-        scales = self.scales(y, layout)
+        scales = self.scales(y, layout, "torch")  # the unpacked form: the reference
         return scales.reshape(-1), self.round_onto(y, layout, scales, uniform)
 
     def _dequantize(self, scales, values, layout, levels):
         k = self._scales_per_bucket(levels)
-        out, start = [], 0
-        for rows in layout.rows(values):
-            sc = scales[start : start + rows.shape[0] * k].view(rows.shape[0], k)
-            start += rows.shape[0] * k
-            out.append(self._levels(sc, levels).gather(1, rows.long()).reshape(-1))
-        return torch.cat(out)
+        table = self._levels(scales.reshape(layout.n_buckets, k), levels)
+        return self.gather_levels(table, values, layout)
 
-    def _expected_sq_error(self, flat, layout, scale):
+    def _encode(
+        self,
+        kernels: Kernels,
+        flat: torch.Tensor,
+        layout: Layout,
+        draws: Draws | None,
+        scale: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """On ``kernels``: clip (:meth:`prepare`), fit each bucket's scales (``level_fit``),
+        build the levels from the float32 scales (``_levels``, a few values a bucket), then
+        round onto them and pack (``level_pack``)."""
+        y = self.prepare(flat, layout)
+        scales = self._fitted(kernels, y, layout, flat)
+        levels = self._levels(scales, self.levels).to(torch.float32).contiguous()
+        return scales.reshape(-1), kernels.level_pack(self, y, layout, levels, draws)
+
+    def _decode(
+        self, kernels: Kernels, encoded: Encoded, layout: Layout, out: torch.Tensor | None
+    ) -> torch.Tensor:
+        """On ``kernels``: the levels from the message's scales, then each digit's level
+        (``level_decode``), into ``out`` or a new tensor on the payload's device."""
+        device = encoded.payload.device if out is None else out.device
+        payload = self._digit_payload(encoded, device)
+        k = self._scales_per_bucket(encoded.levels)
+        scales = encoded.scales.to(device, torch.float32).view(layout.n_buckets, k)
+        levels = self._levels(scales, encoded.levels).to(torch.float32).contiguous()
+        flat = torch.empty(layout.numel, device=device) if out is None else out
+        kernels.level_decode(self, payload, encoded.codec, layout, levels, flat)
+        return flat
+
+    def _expected_sq_error(self, flat, layout, scale, kernels=None):
         total = torch.zeros((), dtype=torch.float64)
-        prepared = self._bucket_levels(self.prepare(flat, layout), layout)
+        prepared = self._bucket_levels(
+            self.prepare(flat, layout), layout, resolve(kernels, flat.device)
+        )
         for g, (rows, _, lv) in zip(layout.rows(flat), prepared, strict=True):
             if self.rounding == "nearest":
                 q = lv.gather(1, self._round_rows(rows, lv, None))

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import torch
 
-from terngrad.quantize.base import check_bucket_size, check_levels
+from terngrad.quantize.checks import check_bucket_size, check_levels
 from terngrad.quantize.clipping import check_clip
 from terngrad.quantize.levels import LevelQuantizer, canonical
 

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import torch
 
-from terngrad.quantize.base import Layout, check_bucket_size, check_choice, check_levels
+from terngrad.quantize.checks import check_bucket_size, check_choice, check_levels
 from terngrad.quantize.clipping import check_clip
 from terngrad.quantize.grid import FLOAT32_MAX, Moments, SymmetricGrid, bucket_max_abs
+from terngrad.quantize.layout import Layout
 
 NORMS = ("max", "l2")
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import torch
 
-from terngrad.quantize.base import Layout, check_bucket_size, check_choice
+from terngrad.quantize.checks import check_bucket_size, check_choice
 from terngrad.quantize.clipping import check_clip
 from terngrad.quantize.grid import SymmetricGrid, bucket_max_abs
+from terngrad.quantize.layout import Layout
 from terngrad.wire import Codec
 
 PACKINGS = ("base3", "2bit")
