@@ -30,7 +30,11 @@ def test_cifar_uses_table_1_settings():
     assert (fp32.model, fp32.dataset, fp32.optimizer, fp32.lr, fp32.batch_size) == (
         "cifarnet", "cifar10", "adam", 2e-4, 64,
     )  # fmt: skip
-    assert (fp32.workers, fp32.exchange.quantizer, tern.exchange.quantizer) == (2, "fp32", "terngrad")
+    assert (fp32.workers, fp32.exchange.quantizer, tern.exchange.quantizer) == (
+        2,
+        "fp32",
+        "terngrad",
+    )
     assert not tern.exchange.quantize_last  # the hook's defaults: the last layer in fp32
     assert experiments.fashion("out", None, 10).plan()[0].config.dataset == "fashion"
 

@@ -224,6 +224,14 @@ def test_model_commands(tmp_path, capsys):
     assert "cannot read" in capsys.readouterr().err
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(SystemExit) as exc:
-        main(["perf-model", "validate", "--calibrate", str(tmp_path / "bad.json"), "--runs",
-              files[1]])
+        main(
+            [
+                "perf-model",
+                "validate",
+                "--calibrate",
+                str(tmp_path / "bad.json"),
+                "--runs",
+                files[1],
+            ]
+        )
     assert "not the results.json" in capsys.readouterr().err

@@ -85,7 +85,7 @@ def test_unwritable_out(tmp_path, capsys):
 
 
 def test_config_validation():
-    with pytest.raises(ValueError, match="one of batch-size .* and total-batch-size, not both"):
+    with pytest.raises(ValueError, match=r"one of batch-size .* and total-batch-size, not both"):
         TrainConfig(out="x", batch_size=8, total_batch_size=64)
     assert TrainConfig(out="x").batch_size == 64  # neither: 64 a worker, said once
     with pytest.raises(ValueError, match="a run's seed and timeout are its own"):
