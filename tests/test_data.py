@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from terngrad.train import data
-from terngrad.train.data import DataMissing, DataSet, ShardSampler
+from terngrad.train.data import DataSet, ShardSampler
+from terngrad.train.missing import DataMissing
 
 # --------------------------------------------------------------------------- CIFAR-10 files
 

@@ -152,7 +152,7 @@ def test_options_say_how_they_differ():
         ({"aggregate": "fp8"}, "unknown aggregate"),
         ({"error_feedback": 1}, "error_feedback must be True or False"),
         ({"min_numel": -1}, "min-numel must be an integer >= 0"),
-        ({"min_numel": 1.5}, "min_numel"),
+        ({"min_numel": 1.5}, "min-numel"),
         ({"seed": 2**63}, "seed must be an integer"),
         ({"seed": -(2**63) - 1}, "seed"),
         ({"timeout": 0}, "timeout must be a positive number"),

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from terngrad.train import models
+from terngrad.train.models.base import spatial_size
 
 CLASSES = 7  # not 10, so a classifier left at a default width would show
 IMAGE_MODELS = [name for name in models.names() if not models.is_language_model(name)]
@@ -114,7 +115,7 @@ def test_googlenet_follows_table_1():
     assert [b.out_channels for b in blocks] == [256, 480, 512, 512, 512, 528, 832, 832, 1024]
     pools = [m for m in model.features if isinstance(m, nn.MaxPool2d)]
     assert len(pools) == 4 and all(p.ceil_mode and p.kernel_size == 3 for p in pools)
-    assert models._spatial(model.features, 224, 224) == (7, 7)
+    assert spatial_size(model.features, 224, 224) == (7, 7)
     assert model.fc.in_features == 1024
 
 
@@ -247,5 +248,5 @@ def test_size_rule_matches_torch():
                     expected = layer(torch.zeros(1, 1, size, size + 1)).shape[-2:]
                 except RuntimeError:
                     expected = (0, 0)
-                got = models._spatial(nn.Sequential(layer), size, size + 1)
+                got = spatial_size(nn.Sequential(layer), size, size + 1)
                 assert got == tuple(expected), (layer, size)

@@ -42,6 +42,7 @@ from typing import Any
 import torch
 
 from terngrad.train import image_files, text
+from terngrad.train.missing import DataMissing
 from terngrad.train.text import TextSet
 
 NAMES = ("mnist", "fashion", "cifar10", "synthetic", "pydoc")
@@ -281,3 +282,7 @@ class ShardSampler:
             )
             self._epoch = (epoch, perm[self.rank * self.shard : (self.rank + 1) * self.shard])
         return self._epoch[1][b * self.batch_size : (b + 1) * self.batch_size].clone()
+
+
+__all__ = ["NAMES", "TEXT", "DataMissing", "DataSet", "ShardSampler", "TextSet", "is_text",
+           "load", "names"]  # fmt: skip

@@ -40,7 +40,7 @@ def _side_out(layer: nn.Conv2d | nn.MaxPool2d, size: int, dim: int) -> int:
     return max(out, 0)
 
 
-def _spatial(features: nn.Sequential, height: int, width: int) -> tuple[int, int]:
+def spatial_size(features: nn.Sequential, height: int, width: int) -> tuple[int, int]:
     """``(H, W)`` after ``features``, walking its direct children: ``Conv2d`` and ``MaxPool2d``
     change the size, every other child (ReLU, LRN, an :class:`Inception` block) keeps it.
     ``(0, 0)`` if the input is too small for some layer."""
@@ -56,10 +56,10 @@ def fit_input(model: Model, input_shape: tuple[int, int, int]) -> tuple[int, int
     """``(H, W)`` after ``model.features``; ``ValueError`` with the smallest side that fits if the
     input is too small."""
     _, height, width = input_shape
-    out = _spatial(model.features, height, width)
+    out = spatial_size(model.features, height, width)
     if out == (0, 0):
         side = 1
-        while _spatial(model.features, side, side) == (0, 0):
+        while spatial_size(model.features, side, side) == (0, 0):
             side += 1
         raise ValueError(
             f"{model.name}: input_shape {input_shape} is too small; height and width must be at "
