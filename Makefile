@@ -1,4 +1,5 @@
 # make test  - create .venv if missing, install terngrad with its dev extras, run the tests
+# make test-fast - the same, the unit tier only (tests/unit: no process started, under 2 min)
 # make demo  - create .venv if missing, install, run `terngrad demo` (LeNet/MNIST, 4 workers)
 # make lint  - ruff over the package and the tests
 PYTHON ?= python3
@@ -6,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint clean
+.PHONY: test test-fast demo lint clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +18,9 @@ $(STAMP): pyproject.toml constraints.txt
 
 test: $(STAMP)
 	$(PY) -m pytest -q --durations=20
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q --durations=10 tests/unit
 
 demo: $(STAMP)
 	$(VENV)/bin/terngrad demo

@@ -1,7 +1,14 @@
+"""The tiers (``unit``, ``distributed``, ``e2e``: a marker each, set by the test's folder) and
+the fixtures every tier shares; shared helpers are in support.py."""
+
 import os
+from pathlib import Path
 
 import pytest
 import torch
+from support import SMALL_RUN
+
+TIERS = ("unit", "distributed", "e2e")
 
 if not torch.cuda.is_available():  # the Triton kernels run on CPU tensors through the interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -19,11 +26,6 @@ def _compiled_kernels():
 def _deterministic():
     torch.manual_seed(1234)
     yield
-
-
-#: the small run the folder and checkpoint tests start from (2 workers, evaluated every 2 steps)
-SMALL_RUN = ["train", "--model", "mlp", "--dataset", "synthetic", "--quiet", "--workers", "2",
-             "--eval-every", "2"]  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -47,13 +49,11 @@ def finished_run(tmp_path_factory):
     return copy
 
 
-def refused(capsys, argv) -> str:
-    """Run the CLI on ``argv``, which must be refused: exit status 2 and one line, returned."""
-    from terngrad.cli import main
-
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    return err
+def pytest_collection_modifyitems(config, items):
+    """Mark every test with its tier, the folder it lives in under tests/."""
+    here = Path(__file__).parent
+    for item in items:
+        tier = Path(item.fspath).relative_to(here).parts[0]
+        if tier not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: tests live in tests/{{{','.join(TIERS)}}}/")
+        item.add_marker(getattr(pytest.mark, tier))

@@ -1,0 +1,111 @@
+"""The namespace testbed for real (root and iproute2; skipped with the reason otherwise, and on
+its own namespace prefixes so it never touches a user's benchmark): a 2-rank ``bench network``
+run, leftovers refused then cleaned up, and a 2-rank, 2-method ``bench accuracy`` run."""
+
+import json
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from support import accuracy_base, why_no_testbed
+
+from terngrad.bench import accuracy, network, testbed
+from terngrad.train import comparison, models
+
+PREFIX = "tgtest"
+#: why the testbed cannot run here, or None
+WHY_NOT = why_no_testbed(PREFIX)
+
+
+@pytest.mark.skipif(WHY_NOT is not None, reason=f"testbed: {WHY_NOT}")
+def test_two_rank_testbed_run(tmp_path):
+    summary = network.run(
+        2, "1gbit", "mlp", ["fp32", "terngrad"], tmp_path, steps=2, warmup=1, timeout=300,
+        prefix=PREFIX,
+    )  # fmt: skip
+    assert not [n for n in testbed._namespaces() if n.startswith(f"{PREFIX}-")]  # torn down
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved == json.loads(json.dumps(summary))
+    assert (tmp_path / "speedup.png").stat().st_size > 0
+    fp32, tern = summary["methods"]
+    # an MLP of 669,706 parameters: the fp32 ring moves 2 (N-1)/N 4 bytes a parameter and more
+    # (headers); TernGrad well under a tenth of that
+    assert fp32["wire_bytes_per_rank_per_step"] > 669_706 * 4
+    assert tern["wire_bytes_per_rank_per_step"] < fp32["wire_bytes_per_rank_per_step"] / 8
+    assert fp32["speedup_vs_fp32"] == 1.0 and 0 < tern["codec_share"] < 1
+    assert fp32["tcp_retransmits_per_step"] >= 0  # counted inside the ranks' namespaces
+    assert summary["link_probe"]["bytes_per_second"] > 0
+
+
+@pytest.mark.skipif(WHY_NOT is not None, reason=f"testbed: {WHY_NOT}")
+def test_leftovers_are_refused_then_cleaned_up():
+    subprocess.run(["ip", "netns", "add", f"{PREFIX}-r1"], check=True)
+    try:
+        with (
+            pytest.raises(testbed.TestbedUnavailable, match="already exist"),
+            testbed.Testbed(2, prefix=PREFIX),
+        ):
+            pass
+    finally:
+        assert testbed.cleanup(PREFIX) == [f"{PREFIX}-r1"]
+    assert f"{PREFIX}-r1" not in testbed._namespaces()
+
+
+ACCURACY_PREFIX = "tgacc"
+
+
+@pytest.mark.skipif(WHY_NOT is not None, reason=f"testbed: {WHY_NOT}")
+def test_two_ranks_two_methods_on_the_shaped_testbed(tmp_path):
+    plan = accuracy.AccuracyComparison(
+        accuracy_base(tmp_path),
+        ("fp32", "terngrad"),
+        "100mbit",
+        0.3,
+        time_limit=300,
+        prefix=ACCURACY_PREFIX,
+    )
+    lines: list[str] = []
+    comparison.run(plan, tmp_path, echo=lines.append)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert not [
+        n for n in testbed._namespaces() if n.startswith(f"{ACCURACY_PREFIX}-")
+    ]  # torn down
+    fp32, tern = results["methods"]
+    assert (fp32["method"], tern["method"]) == ("fp32", "terngrad")
+    for row in (fp32, tern):
+        assert [m["step"] for m in row["curve"]] == [10, 20]
+        assert 0 < row["curve"][0]["train_seconds"] < row["curve"][1]["train_seconds"]
+        assert row["train_seconds"] == row["curve"][-1]["train_seconds"]
+    # a 2-rank ring all-reduce sends the MLP's gradients once in fp32, plus TCP/IP headers
+    nbytes = 4 * sum(p.numel() for p in models.build("mlp", (1, 28, 28), 10).parameters())
+    assert nbytes <= fp32["wire_bytes_per_step"] < 1.1 * nbytes
+    assert fp32["hook_bytes_per_step"] is None  # PyTorch's own all-reduce: no hook counting
+    assert (
+        tern["hook_bytes_per_step"] <= tern["wire_bytes_per_step"] < fp32["wire_bytes_per_step"] / 5
+    )
+    assert any("fp32 step 10: test accuracy" in line for line in lines)  # progress on the way
+    out = Path(tmp_path)
+    table = (out / "results.md").read_text()
+    assert "| fp32 |" in table and "| terngrad |" in table
+    assert json.loads((out / "results.json").read_text())["methods"][1]["method"] == "terngrad"
+    drawn = accuracy.plot(results, out / "again.png")
+    assert drawn == (["fp32", "terngrad"], ["fp32", "terngrad"])  # every method, both panels
+    assert (out / "time-to-accuracy.png").stat().st_size > 10_000
+    # run again: every method is read back, nothing is trained twice
+    lines.clear()
+    comparison.run(plan, tmp_path, echo=lines.append)
+    again = json.loads((tmp_path / "results.json").read_text())
+    assert [r["train_seconds"] for r in again["methods"]] == [
+        r["train_seconds"] for r in results["methods"]
+    ]
+    assert sum("(done before)" in line for line in lines) == 2
+    # the report again, for another target, without training or building anything
+    comparison.report_only(replace(plan, target=0.15), tmp_path)
+    lower = json.loads((tmp_path / "results.json").read_text())
+    assert [r["method"] for r in lower["methods"]] == ["fp32", "terngrad"]
+    assert all(r["reached"] and r["reached"]["step"] == 10 for r in lower["methods"])
+    assert "# Time to 15%" in (out / "results.md").read_text()
+    other = replace(plan, base=replace(plan.base, lr=0.5))
+    with pytest.raises(ValueError, match=r"fp32 \(DDP fp32 all-reduce\) has not finished"):
+        comparison.report_only(other, tmp_path)

@@ -1,0 +1,115 @@
+"""`terngrad train`: a real 2-worker run writes every output and resumes from its checkpoint bit
+for bit; PyTorch's baselines; the learning-rate warm-up."""
+
+import json
+
+import pytest
+import torch
+from support import LENET_RUN as ARGS
+
+from terngrad.cli import main
+from terngrad.train import checkpoints
+from terngrad.train.config import TrainConfig
+
+
+def _metrics(out):
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_two_worker_run_writes_all_outputs_and_resumes(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main([*ARGS, "--steps", "4", "--out", str(out)]) == 0
+    assert "test accuracy" in capsys.readouterr().out
+    for name in ("metrics.jsonl", "summary.json", "checkpoint-00000004.pt", "curves.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert checkpoints.steps(out) == [2, 4]
+    first = _metrics(out)
+    assert [m["step"] for m in first] == [2, 4]
+    assert set(first[0]) == {
+        "step", "loss", "accuracy", "train_loss", "lr", "bytes_sent", "seconds", "train_seconds",
+        "wire_bytes",
+    }  # fmt: skip
+    assert first[1]["bytes_sent"] > first[0]["bytes_sent"] > 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["workers"] == 2 and summary["steps"] == 4
+    assert 0 <= summary["accuracy"] <= 1
+    ckpt = checkpoints.load(checkpoints.latest(out))
+    assert ckpt["step"] == 4 and len(ckpt["hook_states"]) == len(ckpt["rng_states"]) == 2
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+    # the same command with more steps resumes at step 4 and keeps the first evaluations
+    assert main([*ARGS, "--steps", "6", "--out", str(out)]) == 0
+    resumed = _metrics(out)
+    assert [m["step"] for m in resumed] == [2, 4, 6]
+    assert resumed[:2] == first
+    assert checkpoints.load(checkpoints.latest(out))["step"] == 6
+    assert json.loads((out / "summary.json").read_text())["steps"] == 6
+
+    # a different run into the same folder is refused, and nothing there is touched
+    before = checkpoints.latest(out).read_bytes()
+    with pytest.raises(SystemExit) as exc:
+        main([*ARGS, "--steps", "6", "--lr", "0.5", "--out", str(out)])
+    assert exc.value.code == 2
+    assert (
+        "belongs to a different run (this run's settings instead of the checkpoint's: "
+        "lr=0.5 instead of 0.01)"
+    ) in capsys.readouterr().err
+    assert checkpoints.latest(out).read_bytes() == before
+
+
+def test_resumed_run_is_bitwise_identical_to_an_uninterrupted_one(tmp_path):
+    """The random draws are per parameter and step, the data per step, and every rank's
+    generator is in the checkpoint: a resumed run ends with the same bits."""
+    args = [*ARGS, "--eval-every", "3"]
+    assert main([*args, "--steps", "6", "--out", str(tmp_path / "straight")]) == 0
+    assert main([*args, "--steps", "3", "--out", str(tmp_path / "resumed")]) == 0
+    assert main([*args, "--steps", "6", "--out", str(tmp_path / "resumed")]) == 0
+    straight = checkpoints.load(checkpoints.latest(tmp_path / "straight"))
+    resumed = checkpoints.load(checkpoints.latest(tmp_path / "resumed"))
+    assert straight["step"] == resumed["step"] == 6
+    for name, tensor in straight["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name
+    # and so is its summary: every step in DDP's rebuilt buckets (State.settle_buckets), so
+    # the resumed process's first step frames and counts its bytes as the straight run's did
+    a, b = (
+        json.loads((tmp_path / r / "summary.json").read_text()) for r in ("straight", "resumed")
+    )
+    for key in ("bytes_sent_per_rank", "bytes_received_per_rank", "bytes_sent_per_step",
+                "skipped_steps", "accuracy", "best_accuracy"):  # fmt: skip
+        assert a[key] == b[key], key
+
+
+def test_pytorch_baselines_train_and_each_is_in_effect(tmp_path, capsys):
+    """``--baseline``: PyTorch's own averaging instead of the hook; each one changes the bits
+    (the hook is really registered), none is counted as terngrad traffic, and a run resumes."""
+    params = {}
+    for baseline in ("fp32", "fp16", "powersgd"):
+        out = tmp_path / baseline
+        argv = [*ARGS, "--baseline", baseline, "--check-replicas-every", "2", "--out", str(out)]
+        assert main([*argv, "--steps", "4"]) == 0
+        assert f"PyTorch's {baseline} averaging" in capsys.readouterr().out
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["method"] == baseline and summary["bytes_sent_per_rank"] is None
+        assert summary["wire_bytes_per_step"] is None  # counted only inside the testbed
+        assert 0 < summary["train_seconds"] < summary["seconds"]
+        params[baseline] = checkpoints.load(checkpoints.latest(out))["model"]
+    assert main([*argv, "--steps", "6"]) == 0  # PowerSGD resumes (its memory afresh)
+    assert [m["step"] for m in _metrics(tmp_path / "powersgd")] == [2, 4, 6]
+    for a, b in (("fp32", "fp16"), ("fp32", "powersgd"), ("fp16", "powersgd")):
+        assert any(not torch.equal(params[a][k], params[b][k]) for k in params[a]), (a, b)
+    with pytest.raises(ValueError, match="unknown baseline 'int8'"):
+        TrainConfig(out="x", baseline="int8")
+
+
+def test_warmup_rises_linearly_from_a_tenth_of_the_lr(tmp_path):
+    """``--warmup-steps 4``: the lr of step k is lr (0.1 + 0.9 k / 4) for k < 4, then lr; the
+    recorded lr of every evaluation is that of its step, and a run resumed inside the warm-up
+    (3 steps, then extended to 6) continues it."""
+    from conftest import SMALL_RUN
+
+    args = [*SMALL_RUN, "--lr", "0.1", "--warmup-steps", "4", "--eval-every", "1"]
+    out = tmp_path / "warm"
+    assert main([*args, "--steps", "3", "--out", str(out)]) == 0
+    assert main([*args, "--steps", "6", "--out", str(out)]) == 0  # resumed at step 3
+    expected = [0.1 * (0.1 + 0.9 * min(k, 4) / 4) for k in range(6)]
+    assert [r["lr"] for r in _metrics(out)] == pytest.approx(expected, rel=1e-12)

@@ -1,0 +1,72 @@
+"""Helpers the test tiers share (fixtures live in conftest.py): the small runs the command-line
+tests start, the one-line refusal check, a text corpus, a time-to-accuracy comparison's base
+settings, and whether this machine can build the namespace testbed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+#: the repository's root (examples/, docs/)
+REPO = Path(__file__).resolve().parents[1]
+#: the small run the folder and checkpoint tests start from (2 workers, evaluated every 2 steps)
+SMALL_RUN = ["train", "--model", "mlp", "--dataset", "synthetic", "--quiet", "--workers", "2",
+             "--eval-every", "2"]  # fmt: skip
+#: the smallest training command (its worker count and steps left to the test)
+MLP_RUN = ["train", "--model", "mlp", "--dataset", "synthetic", "--quiet"]
+#: LeNet on MNIST, 2 workers, evaluated every 2 steps
+LENET_RUN = ["train", "--model", "lenet", "--dataset", "mnist", "--workers", "2", "--quiet",
+             "--total-batch-size", "32", "--eval-every", "2"]  # fmt: skip
+
+
+def refused(capsys, argv) -> str:
+    """Run the CLI on ``argv``, which must be refused: exit status 2 and one line, returned."""
+    from terngrad.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def write_corpus(folder: Path, files: int = 20, extra: dict[int, str] | None = None) -> list[str]:
+    """``files`` text files ``f00.txt`` ... in ``folder`` (file ``i``'s text ``extra[i]`` where
+    given); returns their texts in order."""
+    folder.mkdir(parents=True, exist_ok=True)
+    texts = []
+    for i in range(files):
+        body = (extra or {}).get(i, f"File {i:02d} says: the quick brown fox jumps. " * 4)
+        (folder / f"f{i:02d}.txt").write_text(body, encoding="utf-8")
+        texts.append(body if body.endswith("\n") else body + "\n")
+    return texts
+
+
+def accuracy_base(out, **changes):
+    """The base settings of a small time-to-accuracy comparison: an MLP on MNIST, 2 workers,
+    20 steps evaluated every 10."""
+    from terngrad.train.config import TrainConfig
+
+    settings = dict(
+        out=str(out), model="mlp", dataset="mnist", workers=2, batch_size=64, steps=20,
+        eval_every=10, progress=False, keep_checkpoints=1, timeout=120,
+    )  # fmt: skip
+    return TrainConfig(**{**settings, **changes})
+
+
+def why_no_testbed(prefix: str = "tgtest") -> str | None:
+    """Why the namespace testbed cannot run here (root, iproute2, namespaces), or ``None``."""
+    if os.geteuid() != 0:
+        return "needs root"
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        return "needs iproute2 (ip, tc)"
+    probe = subprocess.run(["ip", "netns", "add", f"{prefix}-probe"], capture_output=True)
+    if probe.returncode:
+        return f"cannot create network namespaces: {probe.stderr.decode().strip()}"
+    subprocess.run(["ip", "netns", "delete", f"{prefix}-probe"], capture_output=True)
+    return None

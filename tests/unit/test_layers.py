@@ -1,0 +1,127 @@
+"""The layering: the quantizer layer imports nothing above it, no module imports a layer above
+its own (docs/architecture.md), and no import runs in a cycle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import terngrad
+
+PACKAGE = Path(terngrad.__file__).parent
+
+
+#: the layers, bottom to top (docs/architecture.md): a module imports its own layer and below
+LAYERS = ["util", "wire", "quantize", "kernels", "comm", "ddp", "train", "bench", "cli"]
+
+
+LAYER_OF = {**{name: i for i, name in enumerate(LAYERS)}, "integrations": LAYERS.index("ddp")}
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """``(line, module)`` of every terngrad module ``path`` imports, at any depth (functions
+    and ``TYPE_CHECKING`` blocks included)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            if node.module == "terngrad":  # from terngrad import quantize, wire
+                found += [(node.lineno, f"terngrad.{alias.name}") for alias in node.names]
+            else:
+                found.append((node.lineno, node.module))
+    return [(line, name) for line, name in found if name.split(".")[0] == "terngrad"]
+
+
+def _layer(module: str) -> int | None:
+    parts = module.split(".")
+    if len(parts) < 2 or parts[1] == "__init__":
+        return None  # the package itself
+    return LAYER_OF.get(parts[1])
+
+
+def _module_level_imports(path: Path) -> list[str]:
+    """The terngrad modules ``path`` imports when it is imported: its top-level statements,
+    ``if``/``try`` blocks included, ``TYPE_CHECKING`` blocks and function bodies left out."""
+
+    def walk(body):
+        for node in body:
+            if isinstance(node, ast.If):
+                if "TYPE_CHECKING" not in ast.unparse(node.test):
+                    yield from walk(node.body + node.orelse)
+            elif isinstance(node, ast.Try):
+                yield from walk(node.body + node.orelse + node.finalbody)
+            elif isinstance(node, ast.Import):
+                yield from (alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:  # a submodule if there is one, else the package
+                    sub = f"{node.module}.{alias.name}"
+                    yield sub if _path(sub) is not None else node.module
+
+    tree = ast.parse(path.read_text(), str(path))
+    return [name for name in walk(tree.body) if name.split(".")[0] == "terngrad"]
+
+
+def _path(module: str) -> Path | None:
+    base = PACKAGE.parent.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def test_the_quantizer_layer_imports_nothing_above_it():
+    files = sorted((PACKAGE / "quantize").glob("*.py"))
+    assert {"kernels.py", "reference.py", "base.py"} <= {f.name for f in files}
+    upward = [
+        f"{f.name}:{line} imports {name}"
+        for f in files
+        for line, name in _imports(f)
+        if name.split(".")[1] not in ("quantize", "wire", "util")
+    ]
+    assert upward == []
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    upward = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = ".".join(("terngrad", *path.relative_to(PACKAGE).with_suffix("").parts))
+        own = _layer(module)
+        if own is None:
+            continue
+        for line, name in _imports(path):
+            layer = _layer(name)
+            if layer is not None and layer > own:
+                upward.append(f"{module}:{line} imports {name}")
+    assert upward == []
+
+
+def test_the_scan_sees_an_upward_import(tmp_path):
+    """The scan itself: a module of the quantizer layer importing the kernels is found."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from terngrad.kernels import NumbaKernels\n")
+    assert _imports(bad) == [(2, "terngrad.kernels")]
+    assert _layer("terngrad.kernels.fused_cpu") > _layer("terngrad.quantize.base")
+
+
+def test_no_import_cycles():
+    graph = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        graph[module] = [m for m in _module_level_imports(path) if _path(m) is not None]
+    cycles, state = [], {}
+
+    def visit(module, stack):
+        state[module] = "open"
+        for target in graph.get(module, ()):
+            if state.get(target) == "open":
+                cycles.append(" -> ".join([*stack[stack.index(target) :], target]))
+            elif target not in state:
+                visit(target, [*stack, target])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
