@@ -1,5 +1,6 @@
 # make test  - create .venv if missing, install terngrad with its dev extras, run the tests
-# make test-fast - the same, the unit tier only (tests/unit: no process started, under 2 min)
+# make test-fast - the unit tier only (tests/unit: no process started) but the Triton kernels
+#                 run through Triton's interpreter: under 2 minutes
 # make demo  - create .venv if missing, install, run `terngrad demo` (LeNet/MNIST, 4 workers)
 # make lint  - ruff over the package and the tests
 PYTHON ?= python3
@@ -20,7 +21,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q --durations=20
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q --durations=10 tests/unit
+	$(PY) -m pytest -q --durations=10 -m "not triton" tests/unit
 
 demo: $(STAMP)
 	$(VENV)/bin/terngrad demo

@@ -30,7 +30,12 @@ from terngrad.wire import Codec
 REF, FUSED = TorchKernels(), NumbaKernels()
 
 
-needs_triton = pytest.mark.skipif(not triton_available(), reason="triton is not installed")
+#: the Triton kernels run through Triton's interpreter on CPU tensors: slow, left out of
+#: make test-fast (marker ``triton``)
+needs_triton = [
+    pytest.mark.skipif(not triton_available(), reason="triton is not installed"),
+    pytest.mark.triton,
+]
 
 
 BACKENDS = [

@@ -241,6 +241,7 @@ def test_level_quantizers_keep_the_reference_errors(name, kernels):
         q.decode(wide, kernels=kernels)  # a codec wider than the levels: the digits are checked
 
 
+@pytest.mark.triton
 @pytest.mark.skipif(not triton_available(), reason="triton is not installed")
 @pytest.mark.parametrize(("name", "options"), [CASES[0], CASES[2], CASES[5]])
 def test_the_public_api_on_triton_is_the_reference(name, options, monkeypatch):
@@ -263,6 +264,7 @@ def test_the_public_api_on_triton_is_the_reference(name, options, monkeypatch):
     assert torch.equal(triton_out, ref_out)
 
 
+@pytest.mark.triton
 @pytest.mark.skipif(not triton_available(), reason="triton is not installed")
 def test_triton_runs_the_reference_for_the_level_quantizers(fused_calls):
     q, g = quantize.get("orq", bucket_size=100), torch.randn(1_000)
