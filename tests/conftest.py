@@ -15,11 +15,14 @@ if not torch.cuda.is_available():  # the Triton kernels run on CPU tensors throu
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _compiled_kernels():
-    """Compile the numba kernels once, before any test spawns ranks that would each compile."""
+def _compiled_kernels(request):
+    """Compile the numba kernels once, before any test spawns ranks that would each compile:
+    the parallel build this process runs, and the serial one of the one-thread ranks that the
+    distributed and end-to-end tiers start (not needed by the unit tier alone)."""
     from terngrad.kernels import warm_up
 
-    warm_up(levels=True)
+    tiers = {m.name for item in request.session.items for m in item.iter_markers()}
+    warm_up(levels=True, threads=None if tiers - {"unit", "triton"} else torch.get_num_threads())
 
 
 @pytest.fixture(autouse=True)

@@ -260,6 +260,9 @@ def run(
     from terngrad.util.files import atomic_write_text
 
     chosen = [m.name for m in methods.select(names)]  # an unknown one: ValueError, at once
+    from terngrad import kernels
+
+    kernels.warm_up(levels=True, threads=1)  # the ranks' build, compiled once here
     testbed = Testbed(ranks, bandwidth, prefix)  # checks the ranks and the rate first
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as folder, testbed as bed:

@@ -252,7 +252,7 @@ def measure(
     for name in methods:
         if name not in ("fp32", "fp16") and table.get(name).exchange is None:
             raise ValueError(f"{name}: bench overhead times fp32, fp16 and terngrad's hook")
-    kernels.warm_up(levels=True)
+    kernels.warm_up(levels=True, threads=1)  # the ranks' build, compiled once here
     args = {"model": model, "methods": list(methods), "steps": steps, "warmup": warmup,
             "batch_size": batch_size or BATCH.get(model, 32), "timeout": timeout}  # fmt: skip
     with tempfile.TemporaryDirectory() as folder:

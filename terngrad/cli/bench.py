@@ -67,15 +67,22 @@ def add(sub: argparse._SubParsersAction) -> None:
     b = bench.add_parser(
         "overhead", help="where the hook's own seconds go in a step, beside fp32 and fp16"
     )
-    b.add_argument("--models", nargs="+", default=["lenet"], choices=models.names(),
-                   help="(lenet)")  # fmt: skip
+    b.add_argument("--models", nargs="+", default=["lenet"], choices=models.names(), help="(lenet)")
     b.add_argument("--workers", type=positive_int, default=4, help="processes (4)")
-    b.add_argument("--methods", nargs="+", default=["fp32", "fp16", "terngrad"], metavar="METHOD",
-                   help="fp32, fp16 and hook methods of the table (fp32 fp16 terngrad)")  # fmt: skip
+    b.add_argument(
+        "--methods",
+        nargs="+",
+        default=["fp32", "fp16", "terngrad"],
+        metavar="METHOD",
+        help="fp32, fp16 and hook methods of the table (fp32 fp16 terngrad)",
+    )
     b.add_argument("--steps", type=positive_int, default=20, help="timed steps per method (20)")
     b.add_argument("--warmup", type=positive_int, default=5, help="untimed steps first (5)")
-    b.add_argument("--batch-size", type=positive_int,
-                   help="examples per rank (lenet, cifarnet: 64; alexnet: 8)")  # fmt: skip
+    b.add_argument(
+        "--batch-size",
+        type=positive_int,
+        help="examples per rank (lenet, cifarnet: 64; alexnet: 8)",
+    )
     b.add_argument("--json", help="also write the summaries to this JSON file")
     b.set_defaults(func=overhead)
 
@@ -186,9 +193,11 @@ def overhead(args: argparse.Namespace) -> int:
     summaries = []
     for model in args.models:
         print(f"measuring {model} on {args.workers} ranks ...", file=sys.stderr, flush=True)
-        summaries.append(bench_overhead.measure(
-            model, args.workers, args.methods, args.steps, args.warmup, args.batch_size
-        ))  # fmt: skip
+        summaries.append(
+            bench_overhead.measure(
+                model, args.workers, args.methods, args.steps, args.warmup, args.batch_size
+            )
+        )
         print(bench_overhead.table(summaries[-1]), flush=True)
     print(f"on {bench_codec.cpu_name()}")
     if args.json:

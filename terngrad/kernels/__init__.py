@@ -21,14 +21,27 @@ from terngrad.quantize.random import Streams, counter_uniform, stream_seed
 from terngrad.quantize.reference import TorchKernels
 
 
-def warm_up(levels: bool = False) -> None:
+def warm_up(levels: bool = False, threads: int | None = None) -> None:
     """Compile the fused CPU kernels now (about 20 s the first time on one core, 25 s more with
     ``levels``), or load them from numba's cache (under ``terngrad/kernels/__pycache__``; about
     a second). ``levels`` adds the level quantizers' kernels (Linear, ORQ, BinGrad, scaled
-    sign). A launcher calls this before it starts its workers, so they load the kernels
-    instead of each compiling them at its first step."""
+    sign). ``threads``: the torch threads of the processes that will run them — 1 (a training
+    rank) takes the kernels' serial build, more their parallel one; ``None``: both. A launcher
+    calls this before it starts its workers, so they load the kernels instead of each compiling
+    them at its first step."""
     if not numba_available():
         return
+    before = torch.get_num_threads()
+    try:
+        for count in (1, max(before, 2)) if threads is None else (threads,):
+            torch.set_num_threads(count)
+            _exercise(levels)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _exercise(levels: bool) -> None:
+    """Every numba kernel once, on a tiny input."""
     from terngrad import quantize
     from terngrad.quantize import Layout
     from terngrad.wire import Codec

@@ -12,7 +12,11 @@
 * :func:`uniform_into` — the draws themselves, for quantizers rounded by the torch reference.
 
 Work is cut into fixed chunks of whole packing words and run in parallel over chunks; every
-result is a function of the element index only, so it is the same for any thread count. Float
+result is a function of the element index only, so it is the same for any thread count. Each of
+these kernels is compiled twice (:func:`kernel`): in parallel over chunks, and as one serial
+loop for a caller with one thread — a training rank — which then pays no parallel launch (on a
+thread pool of numba's ``workqueue`` layer, about 0.3 ms a call here, more than the work on a
+small bucket). Float
 arithmetic follows the reference (:mod:`terngrad.quantize.grid`) operation for operation, in
 float32, so given the same scales the bytes are identical. Packed layouts are those of
 :mod:`terngrad.wire.pack`: ``kind`` 0 is base-B with ``k`` digits per ``w``-byte word, planar
@@ -21,6 +25,10 @@ in blocks of ``BLOCK_WORDS`` words (an n-bit codec whose digits fill whole bytes
 """
 
 from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from numba import njit, prange, uint64
@@ -35,6 +43,34 @@ _MIX2 = uint64(0x94D049BB133111EB)
 _TWO_M24 = np.float32(2.0**-24)
 
 _OPTS = {"cache": True, "nogil": True, "error_model": "numpy"}
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel compiled twice: ``parallel`` over its chunks (``prange``) and ``serial`` (the
+    same source, ``prange`` a plain loop): the same results, as every result is a function of
+    the element index only."""
+
+    parallel: Callable
+    serial: Callable
+
+
+def kernel(**options) -> Callable[[Callable], Kernel]:
+    """Compile a function with ``prange`` loops both ways (:class:`Kernel`). The serial one is a
+    copy under its own name, so numba's cache keeps the two apart."""
+
+    def compile_both(fn: Callable) -> Kernel:
+        twin = types.FunctionType(
+            fn.__code__, fn.__globals__, fn.__name__ + "_serial", fn.__defaults__, fn.__closure__
+        )
+        twin.__qualname__ = fn.__qualname__ + "_serial"
+        twin.__doc__ = fn.__doc__
+        return Kernel(
+            njit(parallel=True, **options, **_OPTS)(fn),
+            njit(parallel=False, **options, **_OPTS)(twin),
+        )
+
+    return compile_both
 
 
 _FIELD = uint64(0xFFFFFF)
@@ -272,7 +308,7 @@ def _piece_moments(x, bits, starts, counts, owner, chunk, p, partial, top):
     top[p] = mx
 
 
-@njit(parallel=True, fastmath={"reassoc"}, **_OPTS)
+@kernel(fastmath={"reassoc"})
 def bucket_moments(x, bits, starts, chunk):
     """``(n_buckets, 5)`` float64 per bucket: count, ``sum(x - K)``, ``sum((x - K)**2)``,
     ``sum(x**2)``, ``max |x|`` (``K`` the bucket's first element; ``starts`` the bucket offsets
@@ -365,7 +401,7 @@ def _grid_digit(g, bound, scale, mf, m, u):
     return np.uint16(m + step if g > 0 else m - step)
 
 
-@njit(parallel=True, **_OPTS)
+@kernel()
 def grid_pack(
     x, lo, hi, bstarts, bound, scale, m, sstarts, keys, uniform, kind, param, k, w, chunk, out
 ):
@@ -413,7 +449,7 @@ def _all_true(count):
     return flags
 
 
-@njit(parallel=True, **_OPTS)
+@kernel()
 def sum_packed(
     payloads, n, kind_in, param_in, k_in, w_in, kind_out, param_out, k_out, w_out, chunk, out
 ):
@@ -439,7 +475,7 @@ def sum_packed(
     return ok.all()
 
 
-@njit(parallel=True, **_OPTS)
+@kernel()
 def decode_packed(
     payload, n, kind, param, k, w, offset, divisor, limit, lo, bstarts, scale, chunk, out
 ):
@@ -475,7 +511,7 @@ def decode_packed(
     return ok.all()
 
 
-@njit(parallel=True, **_OPTS)
+@kernel()
 def uniform_into(sstarts, keys, chunk, out):
     """Every draw of a flat gradient of segments ``sstarts`` into ``out`` (float32)."""
     n = out.size

@@ -119,14 +119,17 @@ class NumbaKernels(Kernels, name="numba", devices=("cpu",)):
 
     @staticmethod
     def _run(kernel, *args):
-        """``kernel(*args)`` on as many threads as torch uses, one launch at a time."""
+        """``kernel(*args)`` (a :class:`~terngrad.kernels.cpu.Kernel`) on as many threads as
+        torch uses: the serial build for one (no parallel launch), else the parallel one, one
+        launch at a time."""
         import numba
 
+        threads = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+        if threads == 1:
+            return kernel.serial(*args)
         with _launch:
-            numba.set_num_threads(
-                max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
-            )
-            return kernel(*args)
+            numba.set_num_threads(threads)
+            return kernel.parallel(*args)
 
     def grid_prepare(self, q, flat, layout):
         x = _np(flat)

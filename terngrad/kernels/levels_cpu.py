@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange, uint64
 
-from terngrad.kernels.cpu import _OPTS, _chunk_bytes, _fill_draws, _pack, _runs, _unpack
+from terngrad.kernels.cpu import _OPTS, _chunk_bytes, _fill_draws, _pack, _runs, _unpack, kernel
 from terngrad.quantize.bingrad import PB_STARTS
 
 LINEAR, ORQ, BINGRAD_B, BINGRAD_PB, SIGNSGD = 0, 1, 2, 3, 4
@@ -324,7 +324,7 @@ def _pb_levels(row, bits, sweeps, out):
     return True
 
 
-@njit(parallel=True, **_OPTS)
+@kernel()
 def fit(x, bits, bstarts, method, levels, sweeps, out):
     """The scales of every bucket of ``x`` (float32, ``bits`` its patterns as uint32;
     ``bstarts`` the bucket offsets then numel) into ``out`` (float32, one row per bucket) for
@@ -398,7 +398,7 @@ def _stochastic_digit(g, lv, u):
     return np.uint16(idx + (np.float64(u) < p))
 
 
-@njit(parallel=True, **_OPTS)
+@kernel()
 def round_pack(
     x, bstarts, levels, mids, stochastic, sstarts, keys, uniform, kind, param, k, w, chunk, out
 ):
@@ -438,7 +438,7 @@ def round_pack(
         _pack(digits, e - a, out[c * nbytes :], kind, param, k, w)
 
 
-@njit(parallel=True, **_OPTS)
+@kernel()
 def decode_levels(payload, n, kind, param, k, w, bstarts, levels, chunk, out):
     """``out[i] = levels[b, d_i]`` for the ``n`` digits of ``payload`` (element ``i`` in
     bucket ``b``); False if the payload is corrupt."""

@@ -89,13 +89,14 @@ def check_data(cfg: TrainConfig) -> None:
         )
 
 
-def warm_up_kernels(configs: list[TrainConfig]) -> None:
+def warm_up_kernels(configs: list[TrainConfig], local_workers: int | None = None) -> None:
     """Compile the fused kernels the runs will use once, here, so that every worker loads them
-    from numba's cache instead of compiling them at its first step."""
+    from numba's cache instead of compiling them at its first step: the build for the threads
+    each worker will run (``local_workers`` on this machine; default: each run's workers)."""
     hooked = [c for c in configs if c.baseline is None and c.exchange.kernels in ("auto", "numba")]
-    if hooked:
+    for threads in sorted({_threads(c, local_workers or c.workers) for c in hooked}):
         levels = any(isinstance(c.exchange.make_quantizer(), LevelQuantizer) for c in hooked)
-        kernels.warm_up(levels=levels)
+        kernels.warm_up(levels=levels, threads=threads)
 
 
 def launch(
@@ -122,7 +123,7 @@ def launch(
         run_folder.remove_leftovers(Path(cfg.out))
         run_folder.seed_metrics(cfg, resume)
         config_file = run_folder.write_run_config(cfg, resume)
-        warm_up_kernels([cfg])
+        warm_up_kernels([cfg], cfg.workers // nnodes)
         if nnodes == 1 and rdzv_endpoint is None:
             with tempfile.TemporaryDirectory() as folder:
                 _spawn(cfg, folder, resume)

@@ -398,3 +398,33 @@ def test_out_of_range_requests_are_refused(backend):
         )  # fmt: skip
     with pytest.raises(ValueError, match="1 random streams for 2 segments"):
         kernels.uniform(Streams((5,)), layout)
+
+
+def test_the_serial_and_parallel_builds_give_the_same_bytes():
+    """A one-thread caller (a training rank) runs each kernel's serial build, more threads its
+    parallel build: the same bytes and values, on buckets and segments that cross chunks."""
+    g = torch.randn(100_003, generator=torch.Generator().manual_seed(5))
+    layout = Layout.of(g.numel(), [40_000, 60_003], 4096)
+    results = []
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            backend = NumbaKernels()
+            q = quantize.get("terngrad", bucket_size=4096)
+            grid = backend.grid_prepare(q, g, layout)
+            packed = torch.empty(q.codec.nbytes(g.numel()), dtype=torch.uint8)
+            backend.grid_pack(grid, grid.local, _streams(layout), 0, g.numel(), q.codec, packed)
+            total = torch.empty(Codec.base(5).nbytes(g.numel()), dtype=torch.uint8)
+            backend.sum_packed([packed, packed], g.numel(), q.codec, Codec.base(5), total)
+            out = torch.empty(g.numel())
+            backend.decode_into(out, total, Codec.base(5), 2, 2, 0, layout, grid.local)
+            orq = quantize.get("orq", bucket_size=512)
+            enc = orq.encode(g, segments=layout.segments, generator=torch.Generator().manual_seed(1),
+                             kernels=backend)  # fmt: skip
+            results.append((grid.local, packed, total, out, enc.to_frame(),
+                            orq.decode(enc, kernels=backend)))  # fmt: skip
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
