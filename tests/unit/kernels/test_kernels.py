@@ -420,8 +420,8 @@ def test_the_serial_and_parallel_builds_give_the_same_bytes():
             out = torch.empty(g.numel())
             backend.decode_into(out, total, Codec.base(5), 2, 2, 0, layout, grid.local)
             orq = quantize.get("orq", bucket_size=512)
-            enc = orq.encode(g, segments=layout.segments, generator=torch.Generator().manual_seed(1),
-                             kernels=backend)  # fmt: skip
+            draws = torch.Generator().manual_seed(1)
+            enc = orq.encode(g, draws, segments=layout.segments, kernels=backend)
             results.append((grid.local, packed, total, out, enc.to_frame(),
                             orq.decode(enc, kernels=backend)))  # fmt: skip
     finally:
