@@ -135,13 +135,23 @@ def add(sub: argparse._SubParsersAction) -> None:
             "max_skipped_steps",
             "check_replicas_every",
             "timeout",
+            "stop_at_accuracy",  # --stop-at-target
         ),
     )
     add_settings(b, Options, only=("quantize_last", "min_numel"), groups=groups)
     g = b.add_argument_group("comparison")
-    g.add_argument("--bandwidth", default="100mbit", help=f"{rates} (100mbit)")
+    g.add_argument(
+        "--bandwidth", nargs="+", default=["100mbit"],
+        help=f"{rates} (100mbit); several: a sweep, each into --out/BANDWIDTH, then sweep.md",
+    )  # fmt: skip
     add_methods(g, list(ACCURACY_METHODS), methods.METHODS)
     g.add_argument("--target", type=float, required=True, help="test accuracy to reach, in percent")
+    g.add_argument("--seeds", type=positive_int, default=1,
+                   help="seeds of every method: --seed, --seed + 1, ... (1)")  # fmt: skip
+    g.add_argument(
+        "--stop-at-target", action="store_true",
+        help="every run stops after the evaluation that reaches --target (what a sweep needs)",
+    )  # fmt: skip
     g.add_argument(
         "--predict-with",
         nargs=2,
@@ -241,6 +251,7 @@ def network(args: argparse.Namespace) -> int:
 
 def accuracy(args: argparse.Namespace) -> int:
     from terngrad.bench import accuracy as bench_accuracy
+    from terngrad.bench import accuracy_report, sweep
     from terngrad.cli.flags import given
     from terngrad.comm import Options
     from terngrad.train import comparison, run_folder
@@ -250,20 +261,32 @@ def accuracy(args: argparse.Namespace) -> int:
     exchange = Options(**given(args, Options, exclude=("seed", "timeout")))
     base = TrainConfig(**settings, exchange=exchange)
     plan = bench_accuracy.AccuracyComparison(
-        base,
-        tuple(args.methods),
-        args.bandwidth,
-        args.target / 100,
-        args.time_limit,
+        base, tuple(args.methods), args.bandwidth[0], args.target / 100, args.time_limit,
         predict_with=tuple(args.predict_with) if args.predict_with else None,
-    )
+        seeds=args.seeds, stop_at_target=args.stop_at_target,
+    )  # fmt: skip
     out = Path(args.out)
-    if args.report_only:
-        with run_folder.claim(out):
-            text = comparison.report_only(plan, out)
-    else:  # every bad input fails in the plan's checks first: one line, status 2
-        text = comparison.run(plan, out, echo=lambda line: print(line, file=sys.stderr, flush=True))
-    print(text)
-    print(bench_accuracy.speedup_goal(json.loads((out / "results.json").read_text())))
-    print(f"Written: {out}/results.json, {out}/results.md, {out}/time-to-accuracy.png")
+
+    def train(one) -> None:
+        folder = Path(one.base.out)
+        if args.report_only:
+            with run_folder.claim(folder):
+                text = comparison.report_only(one, folder)
+        else:  # every bad input fails in the plan's checks first: one line, status 2
+            echo = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+            text = comparison.run(one, folder, echo=echo)
+        print(text)
+        results = json.loads((folder / "results.json").read_text())
+        print(accuracy_report.speedup_goal(results))
+        print(f"Written: {folder}/results.json, {folder}/results.md, "
+              f"{folder}/time-to-accuracy.png")  # fmt: skip
+
+    if len(args.bandwidth) == 1:
+        train(plan)
+        return 0
+    plans = sweep.comparisons(plan, args.bandwidth)
+    for one in plans:  # every bandwidth's bad input fails before the first trains
+        one.plan()
+    print(sweep.run(plans, train, out))
+    print(f"Written: {out}/sweep.json, {out}/sweep.md, {out}/sweep.png")
     return 0

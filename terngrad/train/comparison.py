@@ -94,7 +94,7 @@ def finished_summary(cfg: TrainConfig) -> dict[str, Any] | None:
         return None
     summary = json.loads(path.read_text())
     saved = TrainConfig.from_dict(summary["config"])
-    ignore = [name for name in RESUMABLE_CHANGES if name != "steps"]
+    ignore = [name for name in RESUMABLE_CHANGES if name not in ("steps", "stop_at_accuracy")]
     return summary if not cfg.diff(saved, ignore=ignore) else None
 
 

@@ -41,7 +41,7 @@ SCHEDULES = schedule.SCHEDULES
 #: fields that may change when a run is resumed (extending it, evaluating more often, moving it)
 RESUMABLE_CHANGES = (
     "out", "steps", "eval_every", "workers_threads", "progress", "kernels", "checkpoint_every",
-    "keep_checkpoints", "max_skipped_steps", "check_replicas_every", "timeout",
+    "keep_checkpoints", "max_skipped_steps", "check_replicas_every", "timeout", "stop_at_accuracy",
 )  # fmt: skip
 #: settings that may differ between the nodes of one run (paths, threads, what is printed)
 PER_NODE = ("out", "data_dir", "workers_threads", "progress", "kernels")
@@ -115,6 +115,11 @@ class TrainConfig:
     total_batch_size: int | None = setting(None, "split over the workers", _OPT, POSITIVE_INT)
     steps: int = setting(1000, "", _OPT, POSITIVE_INT)
     eval_every: int = setting(500, "steps between evaluations", _OPT, POSITIVE_INT)
+    #: a time-to-accuracy run: stop after the first evaluation that reaches this test accuracy
+    stop_at_accuracy: float | None = setting(
+        None, "stop after the first evaluation whose test accuracy reaches this fraction "
+        "(0.98: 98%%)", _OPT, Range(float, lambda v: 0 < v <= 1, "a fraction above 0, at most 1"),
+    )  # fmt: skip
     dropout: float | None = setting(
         None, "dropout ratio of the model's dropout layers, [0, 1)", _MODEL, FRACTION
     )

@@ -95,19 +95,21 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
         start, elapsed = ckpt["step"], ckpt["seconds"]
         clock.train_seconds = ckpt.get("train_seconds", elapsed)
         clock.wire_bytes = (ckpt.get("wire_bytes") or [0] * world)[rank]
-    if state is not None and start < cfg.steps:  # every step, resumed or not, in one layout
+    if rank == 0:
+        outputs.truncate_metrics(out / outputs.METRICS, start)
+    end = start if _reached(cfg, out, start, world) else cfg.steps
+    if state is not None and start < end:  # every step, resumed or not, in one layout
         state.settle_buckets(ddp, data.train_batch(sampler.batch(start), torch.Generator())[0])
     every = cfg.checkpoint_every or cfg.eval_every
 
     progress = Progress(cfg.steps, start, enabled=cfg.progress and rank == 0)
     metrics_path = out / outputs.METRICS
-    if rank == 0:
-        outputs.truncate_metrics(metrics_path, start)
     began = time.perf_counter() - elapsed
     losses: list[float] = []
     accuracy = math.nan
     skipped_in_a_row = 0
-    for step in range(start, cfg.steps):
+    done = start
+    for step in range(start, end):
         clock.start()
         x, y = data.train_batch(
             sampler.batch(step), torch.Generator().manual_seed(rank_seed(cfg.seed + step, rank))
@@ -157,13 +159,16 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
             if rank == 0:  # first the record, then the checkpoint: a crash between the two
                 outputs.append_metrics(metrics_path, record)  # leaves a record resuming drops
                 progress.note(f"step {done}: {outputs.scores(record)}")
-        if (done % every == 0 or done == cfg.steps) and not skipped_in_a_row:
+        reached = cfg.stop_at_accuracy is not None and accuracy >= cfg.stop_at_accuracy
+        if (done % every == 0 or done == cfg.steps or reached) and not skipped_in_a_row:
             seconds = time.perf_counter() - began  # (no checkpoints while steps are skipped)
             save_checkpoint(cfg, model, optimizer, lr_schedule, state, done, seconds, clock)
         sent = state.stats.bytes_sent if state is not None else clock.wire_bytes
         progress.update(done, loss.item(), accuracy, sent)
+        if reached:  # right after the evaluation that reached it, the same on every rank
+            break
     progress.close()
-    if cfg.steps <= start:  # nothing left to train: evaluate what the checkpoint holds
+    if end <= start:  # nothing left to train: evaluate what the checkpoint holds
         _, accuracy = evaluate(model, data, rank, world)
         began = time.perf_counter() - elapsed  # (that evaluation is not the run's time)
     wire = clock.mean_wire_bytes()  # a collective: every rank
@@ -171,7 +176,20 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
         return None
     stats = state.stats if state is not None else None
     seconds = time.perf_counter() - began
-    return outputs.write_summary(cfg, stats, accuracy, seconds, clock.train_seconds, wire)
+    return outputs.write_summary(cfg, stats, accuracy, seconds, clock.train_seconds, wire, done)
+
+
+def _reached(cfg: TrainConfig, out: Path, start: int, world: int) -> bool:
+    """Whether a resumed time-to-accuracy run reached its target before its checkpoint (the
+    newest evaluation kept says so; rank 0 reads it and tells the others)."""
+    if cfg.stop_at_accuracy is None or start == 0:
+        return False
+    flag = torch.zeros(1)
+    if dist.get_rank() == 0:
+        kept = outputs.read_metrics(out / outputs.METRICS)
+        flag[0] = float(bool(kept) and kept[-1]["accuracy"] >= cfg.stop_at_accuracy)
+    dist.broadcast(flag, 0)
+    return bool(flag[0])
 
 
 class StepClock:

@@ -79,10 +79,11 @@ def title(cfg: TrainConfig) -> str:
 
 def write_summary(
     cfg: TrainConfig, stats: Any, accuracy: float, seconds: float, train_seconds: float,
-    wire: float | None,
+    wire: float | None, steps: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """``summary.json`` and ``curves.png`` in ``cfg.out`` from its metrics and the hook's
-    ``stats`` (``None`` for PyTorch's baselines); returns the summary."""
+    ``stats`` (``None`` for PyTorch's baselines); ``steps``: the steps trained (fewer than
+    ``cfg.steps`` where the run stopped at its target accuracy). Returns the summary."""
     out = Path(cfg.out)
     metrics = read_metrics(out / METRICS)
     summary = {
@@ -92,7 +93,8 @@ def write_summary(
         # the last evaluation's test loss (nats per prediction) and the lowest one
         "loss": metrics[-1]["loss"] if metrics else None,
         "best_loss": min((m["loss"] for m in metrics), default=None),
-        "steps": cfg.steps,
+        "steps": cfg.steps if steps is None else steps,
+        "stopped_at_target": steps is not None and steps < cfg.steps,
         # what terngrad's hook handed to the collectives (None for PyTorch's baselines)
         "bytes_sent_per_rank": stats.bytes_sent if stats else None,
         "bytes_received_per_rank": stats.bytes_received if stats else None,
@@ -100,7 +102,7 @@ def write_summary(
         "skipped_steps": stats.skipped_steps if stats else 0,
         # inside the testbed: what the interfaces sent during the steps, mean over ranks
         "wire_bytes_per_rank": wire,
-        "wire_bytes_per_step": wire / cfg.steps if wire is not None else None,
+        "wire_bytes_per_step": wire / (steps or cfg.steps) if wire is not None else None,
         "seconds": seconds,
         "train_seconds": train_seconds,
         "config": cfg.to_dict(),

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from support import accuracy_base, why_no_testbed
 
-from terngrad.bench import accuracy, network, testbed
+from terngrad.bench import accuracy, accuracy_report, network, testbed
 from terngrad.train import comparison, models
 
 PREFIX = "tgtest"
@@ -89,7 +89,7 @@ def test_two_ranks_two_methods_on_the_shaped_testbed(tmp_path):
     table = (out / "results.md").read_text()
     assert "| fp32 |" in table and "| terngrad |" in table
     assert json.loads((out / "results.json").read_text())["methods"][1]["method"] == "terngrad"
-    drawn = accuracy.plot(results, out / "again.png")
+    drawn = accuracy_report.plot(results, out / "again.png")
     assert drawn == (["fp32", "terngrad"], ["fp32", "terngrad"])  # every method, both panels
     assert (out / "time-to-accuracy.png").stat().st_size > 10_000
     # run again: every method is read back, nothing is trained twice
@@ -109,3 +109,28 @@ def test_two_ranks_two_methods_on_the_shaped_testbed(tmp_path):
     other = replace(plan, base=replace(plan.base, lr=0.5))
     with pytest.raises(ValueError, match=r"fp32 \(DDP fp32 all-reduce\) has not finished"):
         comparison.report_only(other, tmp_path)
+
+
+@pytest.mark.skipif(WHY_NOT is not None, reason=f"testbed: {WHY_NOT}")
+def test_a_small_bandwidth_sweep(tmp_path, capsys):
+    """Two link rates, one seed, runs stopped at a low target: each rate's comparison in its
+    own folder, then the sweep's table, JSON and plot."""
+    from terngrad.cli import main
+
+    out = tmp_path / "sweep"
+    argv = ["bench", "accuracy", "--model", "mlp", "--dataset", "mnist", "--workers", "2",
+            "--steps", "20", "--eval-every", "5", "--target", "30", "--stop-at-target",
+            "--methods", "fp32", "terngrad", "--bandwidth", "100mbit", "unlimited",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    assert "# Time to 30% against the link" in capsys.readouterr().out
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert [p["bandwidth"] for p in sweep["points"]] == ["100mbit", "unlimited"]
+    for p in sweep["points"]:
+        assert set(p["methods"]) == {"fp32", "terngrad"}
+    for bandwidth in ("100mbit", "unlimited"):
+        results = json.loads((out / bandwidth / "results.json").read_text())
+        assert results["stop_at_target"] and results["bandwidth"] == bandwidth
+        for run in results["runs"]:  # stopped right after the evaluation that reached 30%
+            assert run["reached"] is None or run["steps"] == run["reached"]["step"]
+    assert (out / "sweep.png").stat().st_size > 10_000

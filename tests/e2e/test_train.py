@@ -113,3 +113,22 @@ def test_warmup_rises_linearly_from_a_tenth_of_the_lr(tmp_path):
     assert main([*args, "--steps", "6", "--out", str(out)]) == 0  # resumed at step 3
     expected = [0.1 * (0.1 + 0.9 * min(k, 4) / 4) for k in range(6)]
     assert [r["lr"] for r in _metrics(out)] == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_time_to_accuracy_run_stops_at_its_target_and_stays_stopped(tmp_path, capsys):
+    """``--stop-at-accuracy``: the run ends after the evaluation that reaches it, with a
+    checkpoint of that step; run again, it trains nothing more; a higher target goes on."""
+    from support import SMALL_RUN
+
+    out = tmp_path / "run"
+    args = [*SMALL_RUN, "--steps", "40", "--eval-every", "4", "--out", str(out)]
+    assert main([*args, "--stop-at-accuracy", "0.01"]) == 0  # any accuracy reaches 1%
+    assert "after 4 steps (its target, --stop-at-accuracy)" in capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["steps"], summary["stopped_at_target"]) == (4, True)
+    assert checkpoints.steps(out) == [4] and [m["step"] for m in _metrics(out)] == [4]
+    assert main([*args, "--stop-at-accuracy", "0.01"]) == 0  # reached before: nothing more
+    assert [m["step"] for m in _metrics(out)] == [4] and checkpoints.steps(out) == [4]
+    assert main([*args, "--stop-at-accuracy", "1.0"]) == 0  # never reached: to the end
+    assert [m["step"] for m in _metrics(out)][-1] == 40
+    assert json.loads((out / "summary.json").read_text())["stopped_at_target"] is False

@@ -6,7 +6,7 @@ import json
 import pytest
 from support import accuracy_base
 
-from terngrad.bench import accuracy
+from terngrad.bench import accuracy, accuracy_report
 from terngrad.train import comparison
 
 
@@ -17,9 +17,10 @@ def test_time_to_target_is_the_first_evaluation_that_reaches_it():
         {"step": 30, "accuracy": 0.79, "train_seconds": 3.0, "seconds": 4.5},
         {"step": 40, "accuracy": 0.90, "train_seconds": 4.0, "seconds": 6.0},
     ]
-    assert accuracy.time_to_target(curve, 0.8) == {"step": 20, "train_seconds": 2.0, "seconds": 3.0}
-    assert accuracy.time_to_target(curve, 0.9)["step"] == 40
-    assert accuracy.time_to_target(curve, 0.95) is None
+    first = accuracy_report.time_to_target(curve, 0.8)
+    assert first == {"step": 20, "train_seconds": 2.0, "seconds": 3.0}
+    assert accuracy_report.time_to_target(curve, 0.9)["step"] == 40
+    assert accuracy_report.time_to_target(curve, 0.95) is None
 
 
 def test_every_method_gets_its_own_configuration(tmp_path):
@@ -53,14 +54,84 @@ def test_predictions_must_come_from_the_same_setting(tmp_path):
         predict_with=(str(path), str(path)),
     )
     with pytest.raises(ValueError, match="same model, ranks, --batch-size and --input-shape"):
-        accuracy._step_predictions(plan)
+        accuracy_report.step_predictions(plan)
     summary.update(model="mlp", input_shape=[3, 32, 32])  # all else matches: the shape not
     path.write_text(json.dumps(summary))
     with pytest.raises(ValueError, match=r"'input_shape': \[3, 32, 32\]\}, this run trains"):
-        accuracy._step_predictions(plan)
+        accuracy_report.step_predictions(plan)
 
 
 def test_a_report_needs_finished_runs(tmp_path):
     plan = accuracy.AccuracyComparison(accuracy_base(tmp_path), ("fp32",), "100mbit", 0.5)
     with pytest.raises(ValueError, match=r"fp32 .* has not finished in .*: train it first"):
         comparison.report_only(plan, tmp_path)
+
+
+def test_every_method_runs_with_every_seed_and_stops_at_the_target_if_asked(tmp_path):
+    plan = accuracy.AccuracyComparison(accuracy_base(tmp_path, seed=5), ("fp32", "terngrad"),
+                                       "1gbit", 0.9, seeds=3, stop_at_target=True)  # fmt: skip
+    runs = plan.plan()
+    assert [(r.method, r.config.seed) for r in runs] == [
+        ("fp32", 5), ("fp32", 6), ("fp32", 7), ("terngrad", 5), ("terngrad", 6), ("terngrad", 7),
+    ]  # fmt: skip
+    assert runs[4].config.out == str(tmp_path / "terngrad-s6")
+    assert all(r.config.stop_at_accuracy == 0.9 for r in runs)
+    one = accuracy.AccuracyComparison(accuracy_base(tmp_path), ("fp32",), "1gbit", 0.9).plan()
+    assert one[0].config.out == str(tmp_path / "fp32") and one[0].config.stop_at_accuracy is None
+    with pytest.raises(ValueError, match="seeds must be at least 1"):
+        accuracy.AccuracyComparison(accuracy_base(tmp_path), ("fp32",), "1gbit", 0.9,
+                                    seeds=0).plan()  # fmt: skip
+
+
+def _run(method, seed, step, seconds):
+    reached = None if step is None else {"step": step, "train_seconds": seconds, "seconds": 1.0}
+    return {"method": method, "seed": seed, "label": method, "reached": reached,
+            "final_accuracy": 0.98, "best_accuracy": 0.99, "step_seconds": 0.1,
+            "wire_bytes_per_step": None, "hook_bytes_per_step": 100.0, "curve": []}  # fmt: skip
+
+
+def test_a_method_over_its_seeds():
+    row = accuracy_report.method_row("terngrad", [_run("terngrad", s, 100 * (s + 1), 10.0 * (s + 1))
+                                                  for s in range(3)])  # fmt: skip
+    assert row["reached"] == {"step": 200, "train_seconds": 20.0} and row["reached_runs"] == 3
+    assert row["steps_to_target_sd"] == pytest.approx(100.0)
+    assert row["seeds"] == [0, 1, 2] and row["hook_bytes_per_step"] == 100.0
+    partly = accuracy_report.method_row(
+        "fp32", [_run("fp32", 0, 100, 9.0), _run("fp32", 1, None, 0)]
+    )
+    assert partly["reached"] is None and partly["reached_runs"] == 1  # not every seed: no mean
+
+
+def test_the_sweep_sets_every_bandwidth_side_by_side(tmp_path):
+    from terngrad.bench import sweep
+
+    def results(bandwidth, fp32, tern):
+        def method(name, seconds):
+            return {"method": name, "reached": {"step": 500, "train_seconds": seconds},
+                    "seconds_to_target_sd": 1.0, "steps_to_target_sd": 10.0, "reached_runs": 2,
+                    "seeds": [0, 1], "step_seconds": seconds / 500,
+                    "sooner_than_fp32": fp32 / seconds, "sooner_than_fp16": None}  # fmt: skip
+
+        return {"model": "lenet", "dataset": "mnist", "workers": 4, "target": 0.98,
+                "seeds": [0, 1], "bandwidth": bandwidth,
+                "methods": [method("fp32", fp32), method("terngrad", tern)]}  # fmt: skip
+
+    found = sweep.summarise([results("25mbit", 800.0, 100.0), results("unlimited", 50.0, 60.0)])
+    slow, free = found["points"]
+    assert free["communication_over_compute"] is None and free["mbit_per_s"] is None
+    assert found["compute_seconds"] == 0.1  # fp32's step on the fastest link
+    # LeNet's 431,080 parameters in fp32 over a 4-rank ring: 2 (N-1)/N x 4 bytes each
+    assert found["fp32_ring_bytes_per_step"] == 2 * 3 * 4 * 431_080 / 4
+    assert slow["communication_over_compute"] == pytest.approx(
+        found["fp32_ring_bytes_per_step"] / (25e6 / 8) / 0.1
+    )
+    assert slow["methods"]["terngrad"]["sooner_than_fp32"] == 8.0
+    text = sweep.write(tmp_path, [results("25mbit", 800.0, 100.0), results("unlimited", 50, 60)])
+    assert "| 25mbit | 8.28 | 800 ± 1 s (1.00x / -) | 100 ± 1 s (8.00x / -) |" in text
+    assert (tmp_path / "sweep.png").stat().st_size > 10_000
+    plan = accuracy.AccuracyComparison(accuracy_base(tmp_path), ("fp32",), "1gbit", 0.9)
+    assert [p.base.out for p in sweep.comparisons(plan, ["1gbit", "25mbit"])] == [
+        str(tmp_path / "1gbit"), str(tmp_path / "25mbit"),
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="each bandwidth may be given once"):
+        sweep.comparisons(plan, ["1gbit", "1gbit"])

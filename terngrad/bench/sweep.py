@@ -1,0 +1,195 @@
+"""A bandwidth sweep of ``terngrad bench accuracy``: the same comparison at several link rates
+(each in ``<out>/<bandwidth>/``), then the time to target of every method against the link's
+rate and against how far communication outweighs compute there — where TernGrad starts to win.
+
+``sweep.json`` keeps, per bandwidth, every method's mean and spread of the seconds and steps to
+target over its seeds and how many times sooner than fp32 and fp16 it got there; ``sweep.md``
+the table, ``sweep.png`` the two plots.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from terngrad.bench import testbed
+from terngrad.bench.accuracy import AccuracyComparison
+from terngrad.util.files import atomic_write, atomic_write_text
+
+
+def comparisons(plan: AccuracyComparison, bandwidths: Sequence[str]) -> list[AccuracyComparison]:
+    """``plan`` at each of ``bandwidths``, each into its own folder under ``plan.base.out``."""
+    if len(set(bandwidths)) != len(bandwidths):
+        raise ValueError("each bandwidth may be given once")
+    out = Path(plan.base.out)
+    return [
+        replace(plan, bandwidth=bw, base=plan.base.replace(out=str(out / bw))) for bw in bandwidths
+    ]
+
+
+def _rate(bandwidth: str) -> float | None:
+    bits = testbed.rate_bits(bandwidth)
+    return None if bits is None else bits / 1e6
+
+
+def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The sweep from each bandwidth's ``results.json`` (in the order given): per bandwidth and
+    method, the mean seconds and steps to target and the speedups; the communication/compute
+    ratio of each link (an fp32 ring all-reduce of the model's gradient at the link's rate,
+    over the compute of a step: fp32's step on the fastest link swept)."""
+    from terngrad.train.comparison import gradient_numel
+    from terngrad.train.config import TrainConfig
+
+    first = results[0]
+    cfg = TrainConfig(out="-", model=first["model"], dataset=first["dataset"])
+    ring = 2 * (first["workers"] - 1) * 4 * gradient_numel(cfg) / first["workers"]
+    unlimited = [r for r in results if _rate(r["bandwidth"]) is None]
+    fastest = unlimited[0] if unlimited else max(results, key=lambda r: _rate(r["bandwidth"]))
+    fp32 = next((m for m in fastest["methods"] if m["method"] == "fp32"), None)
+    compute = fp32["step_seconds"] if fp32 else None
+    points = []
+    for r in results:
+        rate = _rate(r["bandwidth"])
+        ratio = None
+        if rate is not None and compute:
+            ratio = ring / (rate * 1e6 / 8) / compute
+        points.append({
+            "bandwidth": r["bandwidth"],
+            "mbit_per_s": rate,
+            "communication_over_compute": ratio,
+            "methods": {
+                m["method"]: {
+                    "seconds_to_target": m["reached"]["train_seconds"] if m["reached"] else None,
+                    "seconds_to_target_sd": m["seconds_to_target_sd"],
+                    "steps_to_target": m["reached"]["step"] if m["reached"] else None,
+                    "steps_to_target_sd": m["steps_to_target_sd"],
+                    "reached_runs": m["reached_runs"],
+                    "seeds": m["seeds"],
+                    "step_seconds": m["step_seconds"],
+                    "sooner_than_fp32": m["sooner_than_fp32"],
+                    "sooner_than_fp16": m["sooner_than_fp16"],
+                }
+                for m in r["methods"]
+            },
+        })  # fmt: skip
+    return {
+        "model": first["model"],
+        "dataset": first["dataset"],
+        "workers": first["workers"],
+        "target": first["target"],
+        "seeds": first.get("seeds"),
+        "fp32_ring_bytes_per_step": ring,
+        "compute_seconds": compute,
+        "points": points,
+    }
+
+
+def markdown(sweep: dict[str, Any]) -> str:
+    """The sweep as a table: a row per bandwidth, a column per method (mean seconds to target ±
+    sd, and how many times sooner than fp32 / fp16)."""
+    from terngrad.train.report import markdown_table
+
+    names = list(sweep["points"][0]["methods"])
+    header = ["links", "comm / compute", *names]
+    rows = []
+    for p in sweep["points"]:
+        ratio = p["communication_over_compute"]
+        cells = [p["bandwidth"], "-" if ratio is None else f"{ratio:.2f}"]
+        for name in names:
+            m = p["methods"].get(name)
+            if m is None or m["seconds_to_target"] is None:
+                cells.append("not reached" if m else "-")
+                continue
+            sd = m["seconds_to_target_sd"]
+            speed = " / ".join(
+                f"{m[f'sooner_than_{b}']:.2f}x" if m[f"sooner_than_{b}"] else "-"
+                for b in ("fp32", "fp16")
+            )
+            cells.append(f"{m['seconds_to_target']:.0f} ± {sd:.0f} s ({speed})")
+        rows.append(cells)
+    target = f"{100 * sweep['target']:g}%"
+    return (
+        f"# Time to {target} against the link: {sweep['model']} on {sweep['dataset']}, "
+        f"{sweep['workers']} ranks\n\n" + markdown_table(header, rows) + "\n"
+        f"Each cell: mean training seconds to {target} over seeds {sweep['seeds']} (± sample "
+        "sd), then how many times sooner than fp32 / fp16 (ratios of the means). comm / "
+        "compute: an fp32 ring all-reduce of the gradient at the link's rate over fp32's step "
+        "on the fastest link swept.\n"
+    )
+
+
+def plot(sweep: dict[str, Any], path: Path) -> None:
+    """Seconds to target against the link's rate (left) and against comm / compute (right),
+    a line per method with the seeds' spread; 'unlimited' drawn right of the fastest rate."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = sweep["points"]
+    rates = [p["mbit_per_s"] for p in points if p["mbit_per_s"]]
+    free = 4 * max(rates) if rates else 1e4  # where 'unlimited' is drawn
+    fig, (by_rate, by_ratio) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for name in points[0]["methods"]:
+        xs, ratios, ys, errs = [], [], [], []
+        for p in points:
+            m = p["methods"].get(name)
+            if not m or m["seconds_to_target"] is None:
+                continue
+            xs.append(p["mbit_per_s"] or free)
+            ratios.append(p["communication_over_compute"])
+            ys.append(m["seconds_to_target"])
+            errs.append(m["seconds_to_target_sd"] or 0.0)
+        if not ys:
+            continue
+        bars = by_rate.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=name)
+        kept = [(r, y, e) for r, y, e in zip(ratios, ys, errs, strict=True) if r]
+        if kept:
+            r, y, e = zip(*kept, strict=True)
+            by_ratio.errorbar(r, y, yerr=e, marker="o", capsize=3, label=name,
+                              color=bars.lines[0].get_color())  # fmt: skip
+    by_rate.set_xscale("log")
+    by_rate.set_yscale("log")
+    by_ratio.set_xscale("log")
+    if rates:
+        known = sorted(set(rates))
+        by_rate.set_xticks([*known, free], [*(f"{t:g}" for t in known), "unlimited"])
+    by_rate.set_xlabel("link rate (Mbit/s)")
+    by_ratio.set_xlabel("fp32 all-reduce time / compute time of a step")
+    by_rate.set_ylabel(f"training seconds to {100 * sweep['target']:g}%")
+    for ax in (by_rate, by_ratio):
+        ax.grid(True, which="both", alpha=0.3)
+    by_rate.legend()
+    fig.suptitle(
+        f"{sweep['model']} on {sweep['dataset']}, {sweep['workers']} ranks: time to "
+        f"{100 * sweep['target']:g}% against the link (measured, mean over seeds)"
+    )
+    fig.tight_layout()
+    try:
+        atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))
+    finally:
+        plt.close(fig)
+
+
+def write(out: Path, results: list[dict[str, Any]]) -> str:
+    """``sweep.json``, ``sweep.md`` and ``sweep.png`` in ``out``; returns the Markdown."""
+    sweep = summarise(results)
+    atomic_write_text(out / "sweep.json", json.dumps(sweep, indent=2) + "\n")
+    text = markdown(sweep)
+    atomic_write_text(out / "sweep.md", text)
+    plot(sweep, out / "sweep.png")
+    return text
+
+
+def run(
+    plans: list[AccuracyComparison], train: Callable[[AccuracyComparison], None], out: Path
+) -> str:
+    """Train (or report, as ``train`` does) every bandwidth's comparison in turn, then write
+    the sweep."""
+    for plan in plans:
+        train(plan)
+    results = [json.loads((Path(p.base.out) / "results.json").read_text()) for p in plans]
+    return write(out, results)
