@@ -19,7 +19,8 @@ For each DDP bucket the hook
 2. keeps the full-precision parameters (the last layer and tensors under ``min_numel``
    elements, by default) for the step's end: with the last bucket, one all-reduce of all of
    them in the model's parameter order (sums independent of DDP's bucket layout, so resumed
-   runs are bitwise identical), after which every bucket's future completes.
+   runs are bitwise identical), on a second process group while that bucket's quantized
+   exchange runs; then every bucket's future completes.
 
 The exchanges run on one worker thread per process, bucket after bucket in the order DDP hands
 them over, which is the same on every rank, so the collectives line up across ranks however many
@@ -225,10 +226,9 @@ class State:
         try:
             if self._failed is not None:
                 raise self._failed
-            reducer.reduce_bucket(buffer, params, self._deferred)
+            reducer.reduce_bucket(buffer, params, self._deferred, last)
             if not last:
                 return
-            reducer.reduce_deferred(self._deferred)
             done, self._waiting, self._deferred = self._waiting, [], []
             if reducer.step_skipped:
                 for buf, _ in done:

@@ -21,7 +21,7 @@ like for like.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -58,11 +58,14 @@ def _nbytes(t: torch.Tensor) -> int:
 class Link:
     """Counted collectives on ``group`` (the default group if ``None``), blocking calls."""
 
-    def __init__(self, group: dist.ProcessGroup | None = None) -> None:
+    def __init__(
+        self, group: dist.ProcessGroup | None = None, counter: ByteCounter | None = None
+    ) -> None:
         self.group = group
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
-        self.counter = ByteCounter()
+        #: shared by several links (of several groups) that count as one exchange
+        self.counter = counter if counter is not None else ByteCounter()
 
     def all_reduce(self, tensor: torch.Tensor, op: dist.ReduceOp = dist.ReduceOp.SUM):
         """In-place all-reduce; returns ``tensor``."""
@@ -71,6 +74,23 @@ class Link:
         with self.counter.timed():
             dist.all_reduce(tensor, op=op, group=self.group)
         return tensor
+
+    def start_all_reduce(
+        self, tensor: torch.Tensor, op: dist.ReduceOp = dist.ReduceOp.SUM
+    ) -> Callable[[], torch.Tensor]:
+        """Start an in-place all-reduce and return at once; the returned function waits for it
+        (its seconds counted then) and returns ``tensor``. Collectives of other groups may run
+        meanwhile."""
+        ring = 2 * (self.size - 1) * _nbytes(tensor) // self.size
+        self.counter.add(ring, ring)
+        work = dist.all_reduce(tensor, op=op, group=self.group, async_op=True)
+
+        def wait() -> torch.Tensor:
+            with self.counter.timed():
+                work.wait()
+            return tensor
+
+        return wait
 
     def all_to_all(self, chunks: list[torch.Tensor], recv_sizes: list[int]) -> list[torch.Tensor]:
         """Send ``chunks[j]`` (uint8) to rank j; receive ``recv_sizes[j]`` bytes from rank j."""

@@ -9,6 +9,7 @@ parameters' dtype (:mod:`terngrad.comm.full_precision`).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import time
 import warnings
@@ -31,6 +32,10 @@ from terngrad.comm.stats import Counters, Stats, Timing
 from terngrad.kernels import Streams, resolve, stream_seed
 
 STATE_FORMAT = 1
+
+
+def _timeout(seconds: float | None) -> datetime.timedelta | None:
+    return None if seconds is None else datetime.timedelta(seconds=seconds)
 
 
 def rank_seed(seed: int, rank: int) -> int:
@@ -69,9 +74,15 @@ class Reducer:
         self.kernels = resolve(options.kernels, device)
         self.timeout = options.timeout if group is None else None  # a given group keeps its own
         if group is None:
-            wait = None if options.timeout is None else datetime.timedelta(seconds=options.timeout)
-            group = dist.new_group(backend=dist.get_backend(), timeout=wait)
+            group = dist.new_group(backend=dist.get_backend(), timeout=_timeout(options.timeout))
         self.link = Link(group)
+        #: a second group, counted with the first, for the full-precision tensors' all-reduce
+        #: that runs while the last bucket's quantized exchange does
+        side = dist.new_group(
+            ranks=dist.get_process_group_ranks(group), backend=dist.get_backend(group),
+            timeout=_timeout(self.timeout),
+        )  # fmt: skip
+        self.side = Link(side, counter=self.link.counter)
         self.exchange = make_exchange(
             options.topology, self.quantizer, self.link, options.aggregate, self.kernels
         )
@@ -124,23 +135,47 @@ class Reducer:
     # --- a step
 
     def reduce_bucket(
-        self, buffer: torch.Tensor, params: Sequence[torch.Tensor], deferred: Deferred | None = None
+        self,
+        buffer: torch.Tensor,
+        params: Sequence[torch.Tensor],
+        deferred: Deferred | None = None,
+        last: bool = False,
     ) -> bool:
         """Average ``buffer`` (the flat gradients of ``params``, in order) over all ranks, in
         place: its quantized parameters now; its full-precision ones now too, or, given a
-        ``deferred`` list, appended to it for :meth:`reduce_deferred` at the step's end.
-        Returns True if some rank's gradient was not finite: then the buffer is zeroed."""
+        ``deferred`` list, appended to it — and with the step's ``last`` bucket, all the
+        deferred ones in one all-reduce (:func:`~terngrad.comm.full_precision.start_deferred`)
+        while this bucket's quantized exchange runs. Returns True if some rank's gradient was
+        not finite: then the buffer is zeroed (the deferred ones are the caller's to zero)."""
         start = time.perf_counter()
         try:
             if self.counters.steps < self.options.full_precision_steps:
                 return self._reduce_full_precision(buffer)
-            return self._reduce_bucket(buffer, self.planner.plan(params), deferred)
+            return self._reduce_bucket(buffer, self.planner.plan(params), deferred, last)
         finally:
             self.counters.exchange_seconds += time.perf_counter() - start
 
-    def _reduce_bucket(self, buffer: torch.Tensor, plan: BucketPlan, deferred) -> bool:
+    def _reduce_bucket(self, buffer: torch.Tensor, plan: BucketPlan, deferred, last) -> bool:
         skipped = False
         now = bool(plan.excluded) and (deferred is None or plan.full_precision)
+        if plan.excluded and not now:
+            deferred.append((buffer, plan))
+        pending = full_precision.start_deferred(self.side, deferred) if last and deferred else None
+        try:
+            skipped = self._reduce_now(buffer, plan, now)
+        except BaseException:
+            if pending is not None:  # its own failure, if any, is the same one: keep the first
+                with contextlib.suppress(Exception):
+                    pending.finish()
+            raise
+        if pending is not None:
+            skipped |= pending.finish()
+        self._step_skipped |= skipped
+        return skipped
+
+    def _reduce_now(self, buffer: torch.Tensor, plan: BucketPlan, now: bool) -> bool:
+        """The bucket's quantized parameters, and its full-precision ones if ``now``."""
+        skipped = False
         if now:
             exact = full_precision.mean(self.link, gather(buffer, plan.excluded))
             skipped = not bool(torch.isfinite(exact).all())
@@ -169,9 +204,6 @@ class Reducer:
             buffer.zero_()
         elif now:
             scatter(buffer, plan.excluded, exact)
-        elif plan.excluded:
-            deferred.append((buffer, plan))
-        self._step_skipped |= skipped
         return skipped
 
     def _reduce_full_precision(self, buffer: torch.Tensor) -> bool:
@@ -194,18 +226,6 @@ class Reducer:
         if self._scratch.numel() < numel or self._scratch.device != buffer.device:
             self._scratch = torch.empty(numel, device=buffer.device)
         return self._scratch[:numel]
-
-    def reduce_deferred(self, deferred: Deferred) -> bool:
-        """The full-precision tensors the step's buckets deferred, averaged in one all-reduce
-        per dtype (:func:`~terngrad.comm.full_precision.reduce_deferred`). Returns True if
-        some rank's values were not finite."""
-        start = time.perf_counter()
-        try:
-            skipped = full_precision.reduce_deferred(self.link, deferred)
-        finally:
-            self.counters.exchange_seconds += time.perf_counter() - start
-        self._step_skipped |= skipped
-        return skipped
 
     def finish_step(self) -> None:
         """Close the step: counters, error feedback (kept, or dropped for a skipped step)."""
