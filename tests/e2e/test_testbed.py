@@ -112,21 +112,21 @@ def test_two_ranks_two_methods_on_the_shaped_testbed(tmp_path):
 
 
 @pytest.mark.skipif(WHY_NOT is not None, reason=f"testbed: {WHY_NOT}")
-def test_a_small_bandwidth_sweep(tmp_path, capsys):
+def test_a_small_bandwidth_sweep(tmp_path):
     """Two link rates, one seed, runs stopped at a low target: each rate's comparison in its
-    own folder, then the sweep's table, JSON and plot."""
-    from terngrad.cli import main
+    own folder, then the sweep's table, JSON and plot (on its own namespace prefix)."""
+    from terngrad.bench import sweep
 
     out = tmp_path / "sweep"
-    argv = ["bench", "accuracy", "--model", "mlp", "--dataset", "mnist", "--workers", "2",
-            "--steps", "20", "--eval-every", "5", "--target", "30", "--stop-at-target",
-            "--methods", "fp32", "terngrad", "--bandwidth", "100mbit", "unlimited",
-            "--out", str(out)]  # fmt: skip
-    assert main(argv) == 0
-    assert "# Time to 30% against the link" in capsys.readouterr().out
-    sweep = json.loads((out / "sweep.json").read_text())
-    assert [p["bandwidth"] for p in sweep["points"]] == ["100mbit", "unlimited"]
-    for p in sweep["points"]:
+    base = accuracy_base(out, steps=20, eval_every=5)
+    plan = accuracy.AccuracyComparison(base, ("fp32", "terngrad"), "100mbit", 0.3,
+                                       prefix="tgsweep", stop_at_target=True)  # fmt: skip
+    plans = sweep.comparisons(plan, ["100mbit", "unlimited"])
+    text = sweep.run(plans, lambda p: comparison.run(p, Path(p.base.out), echo=print), out)
+    assert "# Time to 30% against the link" in text
+    found = json.loads((out / "sweep.json").read_text())
+    assert [p["bandwidth"] for p in found["points"]] == ["100mbit", "unlimited"]
+    for p in found["points"]:
         assert set(p["methods"]) == {"fp32", "terngrad"}
     for bandwidth in ("100mbit", "unlimited"):
         results = json.loads((out / bandwidth / "results.json").read_text())
