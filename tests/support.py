@@ -1,12 +1,13 @@
 """Helpers the test tiers share (fixtures live in conftest.py): the small runs the command-line
 tests start, the one-line refusal check, a text corpus, a time-to-accuracy comparison's base
-settings, and whether this machine can build the namespace testbed."""
+settings, whether this machine can build the namespace testbed, and a launcher's processes."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,33 @@ def why_no_testbed(prefix: str = "tgtest") -> str | None:
         return f"cannot create network namespaces: {probe.stderr.decode().strip()}"
     subprocess.run(["ip", "netns", "delete", f"{prefix}-probe"], capture_output=True)
     return None
+
+
+def children(pid: int) -> list[int]:
+    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return [int(p) for p in found.stdout.split()]
+
+
+def workers_of(launcher: int) -> list[int]:
+    """The training processes of a launcher: the children of its fork server (not
+    multiprocessing's resource tracker), in the order they were started."""
+    servers = [p for p in children(launcher)
+               if b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes()]  # fmt: skip
+    assert len(servers) == 1, children(launcher)
+    return sorted(children(servers[0]))
+
+
+def gone(pid: int, seconds: float = 10) -> bool:
+    """Whether process ``pid`` has ended (or is a zombie waiting to be reaped) within
+    ``seconds`` (0: now)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state in ("Z", "X"):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)

@@ -39,7 +39,7 @@ from terngrad.train import methods, outputs, run_folder
 from terngrad.train.comparison import Comparison, Echo, Run, Train
 from terngrad.train.config import TrainConfig
 from terngrad.train.launch import check_data, check_launch, warm_up_kernels
-from terngrad.util.files import atomic_write_text
+from terngrad.util.files import atomic_write_text, read_json
 
 DEFAULT_METHODS = ("fp32", "fp16", "powersgd", "terngrad", "terngrad-ps", "qsgd-5", "orq-5")
 PORT = testbed.PORT + 1  # method i rendezvous at PORT + i: no port reused within one testbed
@@ -124,7 +124,7 @@ class AccuracyComparison(Comparison):
                     run_folder.remove_leftovers(Path(r.config.out))
                     _train(bed, r.config, ports[r.config.out], self.time_limit,
                            lambda m, n=r.method: echo(_progress(n, m)))  # fmt: skip
-                return json.loads((Path(r.config.out) / outputs.SUMMARY).read_text())
+                return read_json(Path(r.config.out) / outputs.SUMMARY, "run summary")
 
             yield train
 

@@ -14,7 +14,7 @@ from terngrad.train import data as datasets
 from terngrad.train import methods, models, outputs
 from terngrad.train.comparison import Run
 from terngrad.train.config import TrainConfig
-from terngrad.util.files import atomic_write
+from terngrad.util.files import atomic_write, read_json
 
 
 def time_to_target(curve: Sequence[dict[str, Any]], target: float) -> dict[str, Any] | None:
@@ -161,11 +161,9 @@ def _mean_or_none(values: list[float | None]) -> float | None:
 def summarise(plan, runs: list[Run]) -> dict[str, Any]:
     """Every run's row and every method's (over its seeds), the speedups to target against
     fp32 and fp16, and the model's predictions where asked for."""
-    import json
-
     rows = []
     for r in runs:
-        summary = json.loads((Path(r.config.out) / outputs.SUMMARY).read_text())
+        summary = read_json(Path(r.config.out) / outputs.SUMMARY, "run summary")
         rows.append(run_row(r.method, r.config, summary, plan.target))
     by_method: dict[str, list[dict[str, Any]]] = {}
     for row in rows:

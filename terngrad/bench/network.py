@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -35,7 +36,7 @@ import torch
 
 from terngrad.bench.testbed import PREFIX, BenchFailed, Testbed
 from terngrad.train import methods, models
-from terngrad.util import netdev
+from terngrad.util import lifetime, netdev
 from terngrad.util.timing import timings
 
 DEFAULT_METHODS = ("fp32", "fp16", "powersgd", "terngrad", "terngrad-ps", "qsgd-5")
@@ -294,7 +295,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--result", required=True)
     p.add_argument("--methods", nargs="+", required=True)
     p.add_argument("--input-shape", type=int, nargs=3)
-    worker(p.parse_args(argv))
+    args = p.parse_args(argv)
+    lifetime.exit_with(os.getppid(), "the bench that started this rank")
+    worker(args)
 
 
 if __name__ == "__main__":

@@ -4,14 +4,22 @@ bench accuracy``.
 N network namespaces ``tg-r0 .. tg-r{N-1}``, one per rank, each joined by a veth pair to a
 bridge in a hub namespace ``tg-hub``, both ends of every link shaped with ``tc ... tbf`` to the
 given rate — a switch with N ports of that speed. Addresses are ``10.213.0.{r+1}/24``, inside
-these namespaces only; nothing is routed anywhere else. It needs root and iproute2; everything
-is torn down on exit, on Ctrl-C and on error, and ``terngrad bench network --cleanup`` removes
-leftovers of a killed run. :meth:`Testbed.run` starts one process per rank in its namespace
-(``python -m <module>``, torch's environment rendezvous at rank 0's address) and waits for all.
+these namespaces only; nothing is routed anywhere else. It needs root and iproute2.
+
+What it makes it records first (``/run/terngrad/testbed-<prefix>.json``: its PID and the
+namespaces, each written down before it is made), and it removes exactly that — every process
+in those namespaces killed first — on exit, on Ctrl-C, SIGTERM and on error;
+``terngrad bench network --cleanup`` removes what a killed run recorded (:func:`cleanup`), never
+a namespace it did not make, nor one of a run still alive. :meth:`Testbed.run` starts one
+process per rank in its namespace (``python -m <module>``, torch's environment rendezvous at
+rank 0's address) and waits for all; a rank ends by itself when the process that started it is
+gone (:func:`terngrad.util.lifetime.exit_with`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import signal
@@ -24,11 +32,16 @@ from pathlib import Path
 from typing import Any
 
 from terngrad.util import netdev
+from terngrad.util.files import atomic_write_text, read_json
 
 PREFIX = "tg"
 SUBNET = "10.213.0"
 PORT = 29517
 BANDWIDTHS = ("100mbit", "1gbit", "10gbit", "unlimited")
+#: where a testbed records what it made (a tmpfs, emptied at boot like the namespaces)
+RECORDS = Path("/run/terngrad")
+#: seconds the processes of a namespace get to die after SIGKILL before its removal fails
+KILL_WAIT = 5.0
 
 
 class TestbedUnavailable(RuntimeError):
@@ -82,18 +95,98 @@ def _ours(name: str, prefix: str) -> bool:
     return rest != name and (rest == "hub" or (rest[:1] == "r" and rest[1:].isdigit()))
 
 
-def cleanup(prefix: str = PREFIX) -> list[str]:
-    """Delete the namespaces this tool makes (``{prefix}-hub``, ``{prefix}-r<rank>``); returns
-    the names deleted. Deleting a namespace deletes the veth ends and qdiscs in it.
-    ``TestbedUnavailable`` if one could not be deleted (not root?)."""
-    gone, failed = [], []
-    for name in _namespaces():
-        if _ours(name, prefix):
-            done = _run("ip", "netns", "delete", name, check=False)
-            (failed if done.returncode else gone).append(name)
+def cleanup(prefix: str = PREFIX) -> tuple[list[str], list[str]]:
+    """Remove what a killed testbed with ``prefix`` left: the namespaces its record names,
+    every process in them killed first, then the record. Returns the namespaces removed, and
+    those that have the testbed's names but no record made (left alone: another tool's, or an
+    older version's; ``ip netns delete NAME`` removes one). ``TestbedUnavailable`` if the
+    testbed's owner still runs (it removes its testbed itself) or a namespace cannot be
+    deleted."""
+    record = _read_record(prefix)
+    removed: list[str] = []
+    if record is not None:
+        if record["pid"] != os.getpid() and _alive(record):
+            raise TestbedUnavailable(
+                f"the testbed {prefix}-* is in use by PID {record['pid']}, a terngrad bench "
+                "still running: stop it (it removes its testbed itself), or wait for it"
+            )
+        removed = _remove(record["namespaces"])
+        _record_path(prefix).unlink(missing_ok=True)
+    foreign = [name for name in _namespaces() if _ours(name, prefix)]
+    return removed, foreign
+
+
+def _record_path(prefix: str) -> Path:
+    return RECORDS / f"testbed-{prefix}.json"
+
+
+def _read_record(prefix: str) -> dict[str, Any] | None:
+    """The record of the testbed ``prefix`` (``None`` if there is none); a damaged one is a
+    ``TestbedUnavailable`` naming it."""
+    path = _record_path(prefix)
+    if not path.exists():
+        return None
+    try:
+        record = read_json(path, "testbed record", limit=1 << 20)
+    except ValueError as exc:
+        raise TestbedUnavailable(f"{exc}: delete it and the namespaces it names") from None
+    names = record.get("namespaces") if isinstance(record, dict) else None
+    if not (isinstance(names, list) and all(isinstance(n, str) and _ours(n, prefix) for n in names)
+            and isinstance(record.get("pid"), int)):  # fmt: skip
+        raise TestbedUnavailable(
+            f"testbed record {path} is damaged: delete it and the namespaces it names"
+        )
+    return record
+
+
+def _write_record(prefix: str, namespaces: list[str]) -> None:
+    RECORDS.mkdir(parents=True, exist_ok=True)
+    me = os.getpid()
+    record = {"pid": me, "started": _start_time(me), "namespaces": namespaces}
+    atomic_write_text(_record_path(prefix), json.dumps(record) + "\n")
+
+
+def _start_time(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot), ``None`` if there is none: with
+    the PID, it names one process even after the PID is reused."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _alive(record: dict[str, Any]) -> bool:
+    started = _start_time(record["pid"])
+    return started is not None and started == record.get("started")
+
+
+def _remove(namespaces: list[str]) -> list[str]:
+    """Kill every process in each of ``namespaces`` that exists, then delete it; the names
+    deleted. ``TestbedUnavailable`` if one could not be deleted (not root?)."""
+    present = [name for name in namespaces if name in set(_namespaces())]
+    for name in present:
+        _kill_processes(name)
+    failed = [n for n in present if _run("ip", "netns", "delete", n, check=False).returncode]
     if failed:
         raise TestbedUnavailable(f"could not delete namespaces {failed} (run as root)")
-    return gone
+    return present
+
+
+def _kill_processes(namespace: str) -> None:
+    """SIGKILL every process in ``namespace`` (a rank its launcher left), and wait until they
+    are gone (a namespace deleted under a live process lives on, nameless, with it)."""
+    deadline = time.monotonic() + KILL_WAIT
+    while pids := _pids(namespace):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):  # (gone meanwhile)
+                os.kill(pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            raise TestbedUnavailable(f"processes {pids} in namespace {namespace} do not die")
+        time.sleep(0.05)
+
+
+def _pids(namespace: str) -> list[int]:
+    return [int(p) for p in _run("ip", "netns", "pids", namespace, check=False).stdout.split()]
 
 
 def check_host() -> None:
@@ -137,11 +230,23 @@ class Testbed:
 
     def __enter__(self) -> Testbed:
         check_host()
-        if any(_ours(name, self.prefix) for name in _namespaces()):
+        record = _read_record(self.prefix)
+        if record is not None:
             raise TestbedUnavailable(
-                f"namespaces {self.prefix}-* already exist (another run, or a killed one): "
-                "remove them with 'terngrad bench network --cleanup'"
+                f"the testbed {self.prefix}-* is in use by PID {record['pid']}, a terngrad "
+                "bench still running: wait for it, or stop it"
+                if _alive(record)
+                else f"a killed run (PID {record['pid']}) left its testbed {self.prefix}-*: "
+                "remove it with 'terngrad bench network --cleanup'"
             )
+        foreign = [name for name in _namespaces() if _ours(name, self.prefix)]
+        if foreign:
+            raise TestbedUnavailable(
+                f"namespaces {', '.join(foreign)} already exist and terngrad's testbed did not "
+                "make them (no record of them): delete them with 'ip netns delete NAME' if they "
+                "are yours to delete"
+            )
+        self._made: list[str] = []
         self._signals = {
             sig: signal.signal(sig, self._interrupted) for sig in (signal.SIGINT, signal.SIGTERM)
         }
@@ -166,6 +271,13 @@ class Testbed:
         cleanup(self.prefix)
         raise KeyboardInterrupt(f"signal {signum}: testbed removed")
 
+    def _add_namespace(self, name: str) -> None:
+        """Record ``name``, then make it: a kill between the two leaves a record of a
+        namespace that is not there, which :func:`cleanup` passes over."""
+        self._made.append(name)
+        _write_record(self.prefix, self._made)
+        _run("ip", "netns", "add", name)
+
     def _shape(self, namespace: str, device: str) -> None:
         if self.rate is None:
             return
@@ -175,12 +287,12 @@ class Testbed:
 
     def _build(self) -> None:
         hub = f"{self.prefix}-hub"
-        _run("ip", "netns", "add", hub)
+        self._add_namespace(hub)
         _run("ip", "-n", hub, "link", "add", "br0", "type", "bridge")
         _run("ip", "-n", hub, "link", "set", "br0", "up")
         for r in range(self.ranks):
             ns, inner, outer = self.namespace(r), self.interface(r), f"{self.prefix}p{r}"
-            _run("ip", "netns", "add", ns)
+            self._add_namespace(ns)
             _run("ip", "link", "add", inner, "netns", ns, "type", "veth", "peer", "name",
                  outer, "netns", hub)  # fmt: skip
             _run("ip", "-n", ns, "addr", "add", f"{self.address(r)}/24", "dev", inner)

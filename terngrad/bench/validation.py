@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from terngrad.bench.perf_model import METHODS, Cluster, Profile, predict
 from terngrad.train import methods
+from terngrad.util.files import read_json
 
 
 def _solve(f: Callable[[float], float], target: float, lo: float, hi: float) -> float:
@@ -113,15 +114,7 @@ def validate(calibration: Calibration, summaries: Iterable[dict], prof: Profile)
 
 def load_summary(path: str) -> dict:
     """A ``bench network`` results.json; ``ValueError`` with the reason if it is not one."""
-    import json
-
-    try:
-        with open(path) as f:
-            summary = json.load(f)
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not JSON ({exc.msg}, line {exc.lineno})") from None
+    summary = read_json(path, "results file")
     needed = {"ranks", "bandwidth", "model", "compute_seconds", "methods"}
     if not isinstance(summary, dict) or not needed <= set(summary):
         raise ValueError(f"{path} is not the results.json of terngrad bench network")

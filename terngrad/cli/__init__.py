@@ -9,11 +9,13 @@
   model against the testbed, and extrapolated to many workers;
 * ``terngrad study`` (:mod:`terngrad.cli.study`) — every quantizer on a model's real gradients.
 
-Bad arguments print one line and exit with status 2; a failed worker exits with status 1.
+Bad arguments print one line and exit with status 2; a failed worker exits with status 1; a
+signal stops every worker and exits with 128 + its number (130 for Ctrl-C, 143 for SIGTERM).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 
 import torch
@@ -40,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     from terngrad.bench.testbed import BenchFailed, TestbedUnavailable
+    from terngrad.train.launch import Stopped
     from terngrad.train.missing import DataMissing
 
     try:
@@ -50,8 +53,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(1, f"terngrad: {exc}\n")
     except KeyboardInterrupt as exc:  # Ctrl-C: what was being built is already torn down
         parser.exit(130, f"terngrad: interrupted{f' ({exc})' if str(exc) else ''}\n")
+    except Stopped as exc:  # SIGTERM or SIGHUP: the workers are gone, the folder is free
+        parser.exit(
+            128 + exc.signum,
+            f"terngrad: stopped by {exc}; every worker was stopped. Run the same command "
+            "again to resume from the newest checkpoint\n",
+        )
     except torch.multiprocessing.ProcessRaisedException as exc:
-        last = str(exc).strip().splitlines()[-1]
+        last = re.sub(r"^terngrad(\.\w+)+: ", "", str(exc).strip().splitlines()[-1])
         if "Timed out" in last and "another rank" not in last:  # the trainer's own collectives
             last = f"another rank has died or is stuck; a collective waited --timeout ({last})"
         parser.exit(1, f"terngrad: a worker failed: {last}\n")

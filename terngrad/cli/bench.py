@@ -115,7 +115,11 @@ def add(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--warmup", type=positive_int, default=3, help="untimed steps first")
     add_time_limit(b, 1800.0, "seconds for it all")
     b.add_argument("--out", default="runs/network", help="folder for results.json, speedup.png")
-    b.add_argument("--cleanup", action="store_true", help="remove a killed run's namespaces")
+    b.add_argument(
+        "--cleanup",
+        action="store_true",
+        help="remove what a killed run's testbed made (its namespaces and processes)",
+    )
     b.set_defaults(func=network)
 
     b = bench.add_parser(
@@ -222,8 +226,12 @@ def network(args: argparse.Namespace) -> int:
     from terngrad.bench import testbed
 
     if args.cleanup:
-        gone = testbed.cleanup()
-        print(f"removed {len(gone)} namespace(s): {', '.join(gone) or 'none'}")
+        removed, foreign = testbed.cleanup()
+        print(f"removed {len(removed)} namespace(s) and the processes in them: "
+              f"{', '.join(removed) or 'none'}")  # fmt: skip
+        if foreign:
+            print(f"left {', '.join(foreign)}: terngrad's testbed did not make them (no record "
+                  "of them); 'ip netns delete NAME' removes one")  # fmt: skip
         return 0
     testbed.rate_bits(args.bandwidth)  # a bad rate fails here, before anything is built
     print(

@@ -10,7 +10,8 @@ pickled code runs). :func:`prune` keeps the newest ``keep``.
 
 The contents (format :data:`FORMAT`): the run's config, the step, wall-clock and training
 seconds, the testbed's wire bytes per rank, the model, optimizer and schedule states, and every
-rank's hook state and random generator (:func:`training_checkpoint`); :func:`load_run` reads one
+rank's hook state and random generator, and the metrics record of the evaluation made at its
+step, if one was (:func:`training_checkpoint`); :func:`load_run` reads one
 back for the run it belongs to, :func:`read_training_checkpoint` for anyone (``terngrad study
 --from-checkpoint``).
 """
@@ -26,7 +27,7 @@ from typing import Any
 import torch
 
 from terngrad.train.config import RESUMABLE_CHANGES, TrainConfig
-from terngrad.util.files import atomic_write
+from terngrad.util.files import MEMORY_LIMIT, atomic_write, read_bounded
 
 #: the layout of a training checkpoint's contents
 FORMAT = 2
@@ -55,22 +56,22 @@ def save(path: Path, checkpoint: dict[str, Any]) -> None:
 
 
 def load(path: Path) -> dict[str, Any]:
-    """The checkpoint in ``path``; ``ValueError`` saying what is wrong with it otherwise."""
-    try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise ValueError(f"no checkpoint at {path}") from None
-    except OSError as exc:
-        raise ValueError(f"cannot read checkpoint {path}: {exc.strerror}") from None
+    """The checkpoint in ``path``; ``ValueError`` saying what is wrong with it otherwise (a
+    FIFO, device or folder, or a file over :data:`~terngrad.util.files.MEMORY_LIMIT`, is
+    refused before anything is read)."""
+    raw = read_bounded(path, MEMORY_LIMIT, "checkpoint")
     head = len(MAGIC) + _DIGEST
     if not raw.startswith(MAGIC):
         raise ValueError(f"{path} is not a terngrad training checkpoint")
-    if len(raw) <= head or hashlib.sha256(raw[head:]).digest() != raw[len(MAGIC) : head]:
+    body = memoryview(raw)[head:]  # (no copy of what may be gigabytes)
+    if not body or hashlib.sha256(body).digest() != raw[len(MAGIC) : head]:
         raise ValueError(
             f"checkpoint {path} is damaged (truncated or modified: its checksum does not match)"
         )
+    stream = io.BytesIO(raw)
+    stream.seek(head)
     try:
-        checkpoint = torch.load(io.BytesIO(raw[head:]), map_location="cpu", weights_only=True)
+        checkpoint = torch.load(stream, map_location="cpu", weights_only=True)
     except Exception as exc:  # a checksum-valid file that torch cannot read: another version
         raise ValueError(f"cannot read checkpoint {path}: {str(exc).splitlines()[0]}") from None
     if not isinstance(checkpoint, dict):
@@ -111,8 +112,11 @@ def training_checkpoint(
     cfg: TrainConfig, step: int, seconds: float, train_seconds: float,
     wire_bytes: list[int] | None, model: dict, optimizer: dict, schedule: dict,
     hook_states: list[Any], rng_states: list[torch.Tensor],
+    evaluation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """The contents of a training checkpoint, ready for :func:`save`."""
+    """The contents of a training checkpoint, ready for :func:`save`; ``evaluation``: the
+    metrics record of an evaluation made at this step (a resumed run writes it back if
+    ``metrics.jsonl`` lost it)."""
     return {
         "format": FORMAT,
         "config": cfg.to_dict(),
@@ -125,6 +129,7 @@ def training_checkpoint(
         "schedule": schedule,
         "hook_states": hook_states,
         "rng_states": rng_states,
+        "evaluation": evaluation,
     }
 
 
@@ -171,6 +176,14 @@ def load_run(path: Path, cfg: TrainConfig) -> dict[str, Any]:
             f"{path} is not a whole terngrad training checkpoint: it holds {ranks[0]} hook "
             f"states and {ranks[1]} generators for {saved.workers} workers, at step "
             f"{ckpt['step']}"
+        )
+    evaluation = ckpt.get("evaluation")
+    if evaluation is not None and (
+        not isinstance(evaluation, dict) or evaluation.get("step") != ckpt["step"]
+    ):
+        raise ValueError(
+            f"{path} is not a whole terngrad training checkpoint: its evaluation record is not "
+            f"one of step {ckpt['step']}"
         )
     return ckpt
 

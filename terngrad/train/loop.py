@@ -7,8 +7,10 @@ and at the end rank 0's summary. The process group must be initialised
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,24 @@ from terngrad.util import netdev
 
 class TrainingFailed(RuntimeError):
     """Training cannot go on (too many non-finite steps); the checkpoints are intact."""
+
+
+class OutputLost(TrainingFailed):
+    """The run's folder cannot be written any more: removed, made read-only or full."""
+
+
+@contextlib.contextmanager
+def _writing(out: Path, name: str, step: int) -> Iterator[None]:
+    """An ``OSError`` while writing ``name`` into ``out`` as one :class:`OutputLost` line."""
+    try:
+        yield
+    except OSError as exc:
+        raise OutputLost(
+            f"cannot write {name} into --out {out} at step {step} "
+            f"({exc.strerror or exc}): the folder was removed, made read-only or filled "
+            "during the run, which stopped there. Make it writable again (or free space) and "
+            "run the same command to resume from its newest checkpoint"
+        ) from None
 
 
 def check_same_run(cfg: TrainConfig) -> None:
@@ -81,7 +101,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
     lr_schedule = make_schedule(cfg, optimizer, data.train_size)
     sampler = datasets.ShardSampler(data.train_size, rank, world, cfg.worker_batch, cfg.seed)
 
-    start, elapsed = 0, 0.0
+    start, elapsed, evaluation = 0, 0.0, None
     clock = StepClock(netdev.interface_from_env())
     checkpoint_path = checkpoints.resume_point(out, resume)
     if checkpoint_path is not None:
@@ -95,8 +115,9 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
         start, elapsed = ckpt["step"], ckpt["seconds"]
         clock.train_seconds = ckpt.get("train_seconds", elapsed)
         clock.wire_bytes = (ckpt.get("wire_bytes") or [0] * world)[rank]
-    if rank == 0:
-        outputs.truncate_metrics(out / outputs.METRICS, start)
+        evaluation = ckpt.get("evaluation")  # its step's record, if it made one
+    if rank == 0:  # (the checkpoint's own evaluation written back if the metrics lost it)
+        outputs.truncate_metrics(out / outputs.METRICS, start, evaluation)
     end = start if _reached(cfg, out, start, world) else cfg.steps
     if state is not None and start < end:  # every step, resumed or not, in one layout
         state.settle_buckets(ddp, data.train_batch(sampler.batch(start), torch.Generator())[0])
@@ -110,6 +131,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
     skipped_in_a_row = 0
     done = start
     for step in range(start, end):
+        record = None
         clock.start()
         x, y = data.train_batch(
             sampler.batch(step), torch.Generator().manual_seed(rank_seed(cfg.seed + step, rank))
@@ -156,13 +178,14 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
             if isinstance(data, text.TextSet):
                 record["bits_per_char"] = text.bits_per_character(test_loss)
             losses = []
-            if rank == 0:  # first the record, then the checkpoint: a crash between the two
-                outputs.append_metrics(metrics_path, record)  # leaves a record resuming drops
+            if rank == 0:  # first the record, then the checkpoint (which holds it too): a
+                with _writing(out, outputs.METRICS, done):  # crash between the two leaves a
+                    outputs.append_metrics(metrics_path, record)  # record resuming drops
                 progress.note(f"step {done}: {outputs.scores(record)}")
         reached = cfg.stop_at_accuracy is not None and accuracy >= cfg.stop_at_accuracy
         if (done % every == 0 or done == cfg.steps or reached) and not skipped_in_a_row:
             seconds = time.perf_counter() - began  # (no checkpoints while steps are skipped)
-            save_checkpoint(cfg, model, optimizer, lr_schedule, state, done, seconds, clock)
+            save_checkpoint(cfg, model, optimizer, lr_schedule, state, done, seconds, clock, record)
         sent = state.stats.bytes_sent if state is not None else clock.wire_bytes
         progress.update(done, loss.item(), accuracy, sent)
         if reached:  # right after the evaluation that reached it, the same on every rank
@@ -176,7 +199,8 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
         return None
     stats = state.stats if state is not None else None
     seconds = time.perf_counter() - began
-    return outputs.write_summary(cfg, stats, accuracy, seconds, clock.train_seconds, wire, done)
+    with _writing(out, outputs.SUMMARY, done):
+        return outputs.write_summary(cfg, stats, accuracy, seconds, clock.train_seconds, wire, done)
 
 
 def _reached(cfg: TrainConfig, out: Path, start: int, world: int) -> bool:
@@ -236,9 +260,10 @@ def _hook_error(exc: RuntimeError) -> RuntimeError:
     return CollectiveFailed(message[start:].splitlines()[0])
 
 
-def save_checkpoint(cfg, model, optimizer, schedule, state, step, seconds, clock) -> None:
+def save_checkpoint(cfg, model, optimizer, schedule, state, step, seconds, clock, evaluation):
     """All ranks' hook states and generators go to rank 0, which writes one checkpoint
-    atomically and keeps the newest ``cfg.keep_checkpoints`` (a collective). (PyTorch's
+    atomically (with ``evaluation``, the record of this step's evaluation, if any) and keeps
+    the newest ``cfg.keep_checkpoints`` (a collective). (PyTorch's
     PowerSGD keeps its error feedback in its own state, which is not saved: a resumed run
     starts it afresh.)"""
     hook_states: list[Any] = [None] * dist.get_world_size()
@@ -250,8 +275,9 @@ def save_checkpoint(cfg, model, optimizer, schedule, state, step, seconds, clock
         out = Path(cfg.out)
         contents = checkpoints.training_checkpoint(
             cfg, step, seconds, clock.train_seconds, wire, model.state_dict(),
-            optimizer.state_dict(), schedule.state_dict(), hook_states, rng_states,
+            optimizer.state_dict(), schedule.state_dict(), hook_states, rng_states, evaluation,
         )  # fmt: skip
-        checkpoints.save(checkpoints.path_for(out, step), contents)
-        checkpoints.prune(out, cfg.keep_checkpoints)
+        with _writing(out, checkpoints.path_for(out, step).name, step):
+            checkpoints.save(checkpoints.path_for(out, step), contents)
+            checkpoints.prune(out, cfg.keep_checkpoints)
     dist.barrier()

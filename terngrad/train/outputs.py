@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from terngrad.train.config import TrainConfig
-from terngrad.util.files import atomic_write_text
+from terngrad.util.files import atomic_write_text, read_text
 
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
@@ -29,32 +29,38 @@ def append_metrics(path: Path, record: dict[str, Any]) -> None:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The evaluations written so far, oldest first (a last line cut short by a crash or still
-    being written is left out)."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return records
+    """The evaluations written so far, oldest first (a line cut short by a crash, or still
+    being written, is left out)."""
+    return [json.loads(line) for line in _records(path)]
 
 
-def truncate_metrics(path: Path, step: int) -> None:
-    """Keep the evaluations up to ``step`` (the checkpoint a run resumes from), drop the rest."""
-    if not path.exists():
+def truncate_metrics(path: Path, step: int, evaluation: dict[str, Any] | None = None) -> None:
+    """Keep the evaluations up to ``step`` (the checkpoint a run resumes from), drop the rest
+    and any damaged line; ``evaluation``, the checkpoint's copy of the record of its own step,
+    is written back if that record was lost (a damaged last line): the run, which goes on
+    after that step, would never make it again."""
+    if not path.exists() and evaluation is None:
         return
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            if json.loads(line)["step"] <= step:
-                kept.append(line)
-        except (json.JSONDecodeError, KeyError, TypeError):
-            continue  # a record cut short by a crash
+    kept = [line for line in _records(path) if json.loads(line)["step"] <= step]
+    steps = {json.loads(line)["step"] for line in kept}
+    if evaluation is not None and evaluation["step"] not in steps:
+        kept.append(json.dumps(evaluation))
     atomic_write_text(path, "".join(line + "\n" for line in kept))
+
+
+def _records(path: Path) -> list[str]:
+    """The lines of ``path`` that are whole records (JSON objects with a step)."""
+    if not Path(path).exists():
+        return []
+    whole = []
+    for line in read_text(path, "metrics").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # cut short by a crash
+        if isinstance(record, dict) and isinstance(record.get("step"), int):
+            whole.append(line)
+    return whole
 
 
 def scores(record: dict[str, Any]) -> str:

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from terngrad.train.missing import DataMissing
+from terngrad.util.files import MEMORY_LIMIT, read_bounded
 
 #: where Debian's python3-doc puts the documentation's reStructuredText sources
 PYDOC_GLOB = "/usr/share/doc/python3*/html/_sources"
@@ -162,7 +163,7 @@ def _read(files: list[Path]) -> str:
     parts = []
     for path in files:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_bounded(path, MEMORY_LIMIT, "text file").decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
         parts.append(text if text.endswith("\n") else text + "\n")

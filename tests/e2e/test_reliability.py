@@ -7,12 +7,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
 from support import MLP_RUN as RUN
+from support import gone as _gone
 from support import refused as _refused
+from support import workers_of as _workers
 
 from terngrad.cli import main
 from terngrad.train import checkpoints
@@ -23,34 +24,6 @@ def _train_command(out, steps):
             "--eval-every", "6", "--checkpoint-every", "2", "--check-replicas-every", "4",
             "--out", str(out)]  # fmt: skip
     return [sys.executable, "-m", "terngrad.cli", *args]
-
-
-def _children(pid: int) -> list[int]:
-    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
-    return [int(p) for p in found.stdout.split()]
-
-
-def _workers(launcher: int) -> list[int]:
-    """The training processes of a launcher: the children of its fork server (not
-    multiprocessing's resource tracker), in the order they were started."""
-    servers = [p for p in _children(launcher)
-               if b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes()]  # fmt: skip
-    assert len(servers) == 1, _children(launcher)
-    return sorted(_children(servers[0]))
-
-
-def _gone(pid: int, seconds: float = 10) -> bool:
-    """Whether process ``pid`` has ended (or is a zombie waiting to be reaped)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return True
-        if state in ("Z", "X"):
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_sigkilled_run_resumes_bitwise_identical(tmp_path):

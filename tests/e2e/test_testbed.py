@@ -1,6 +1,7 @@
 """The namespace testbed for real (root and iproute2; skipped with the reason otherwise, and on
 its own namespace prefixes so it never touches a user's benchmark): a 2-rank ``bench network``
-run, leftovers refused then cleaned up, and a 2-rank, 2-method ``bench accuracy`` run."""
+run, namespaces it did not make refused and kept, a killed run's testbed removed exactly
+(processes included), and a 2-rank, 2-method ``bench accuracy`` run."""
 
 import json
 import subprocess
@@ -39,17 +40,74 @@ def test_two_rank_testbed_run(tmp_path):
 
 
 @pytest.mark.skipif(WHY_NOT is not None, reason=f"testbed: {WHY_NOT}")
-def test_leftovers_are_refused_then_cleaned_up():
+def test_namespaces_it_did_not_make_are_refused_and_never_deleted():
     subprocess.run(["ip", "netns", "add", f"{PREFIX}-r1"], check=True)
     try:
         with (
-            pytest.raises(testbed.TestbedUnavailable, match="already exist"),
+            pytest.raises(testbed.TestbedUnavailable, match="terngrad's testbed did not make"),
             testbed.Testbed(2, prefix=PREFIX),
         ):
             pass
+        assert testbed.cleanup(PREFIX) == ([], [f"{PREFIX}-r1"])  # left alone
+        assert f"{PREFIX}-r1" in testbed._namespaces()
     finally:
-        assert testbed.cleanup(PREFIX) == [f"{PREFIX}-r1"]
-    assert f"{PREFIX}-r1" not in testbed._namespaces()
+        subprocess.run(["ip", "netns", "delete", f"{PREFIX}-r1"], check=True)
+
+
+KILLED = """
+import subprocess, sys, time
+from terngrad.bench import testbed
+bed = testbed.Testbed(2, prefix=sys.argv[1]).__enter__()
+rank = subprocess.Popen(["ip", "netns", "exec", bed.namespace(1), "sleep", "600"])
+print(rank.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(WHY_NOT is not None, reason=f"testbed: {WHY_NOT}")
+def test_a_killed_runs_testbed_is_removed_exactly_processes_included():
+    """The bench SIGKILLed with a rank in a namespace (a process that does not watch its
+    parent): --cleanup kills that rank and removes exactly the namespaces the run recorded;
+    while the run lives, its testbed is refused to others and to --cleanup."""
+    import os
+    import signal
+    import sys
+
+    from support import gone
+
+    prefix = f"{PREFIX}k"
+    stranger = f"{prefix}-r7"  # a look-alike made beside the run's, not by it
+    bench = subprocess.Popen([sys.executable, "-c", KILLED, prefix], stdout=subprocess.PIPE,
+                             text=True)  # fmt: skip
+    try:
+        rank = int(bench.stdout.readline())
+        subprocess.run(["ip", "netns", "add", stranger], check=True)
+        with pytest.raises(testbed.TestbedUnavailable, match=f"in use by PID {bench.pid}"):
+            testbed.cleanup(prefix)
+        with (
+            pytest.raises(testbed.TestbedUnavailable, match=f"in use by PID {bench.pid}"),
+            testbed.Testbed(2, prefix=prefix),
+        ):
+            pass
+        bench.kill()
+        bench.wait()
+        assert not gone(rank, 0)  # the rank runs on in its namespace
+        with (
+            pytest.raises(testbed.TestbedUnavailable, match="--cleanup"),
+            testbed.Testbed(2, prefix=prefix),
+        ):
+            pass
+        removed, foreign = testbed.cleanup(prefix)
+        assert sorted(removed) == [f"{prefix}-hub", f"{prefix}-r0", f"{prefix}-r1"]
+        assert foreign == [stranger]
+        assert gone(rank, 5)
+        assert [n for n in testbed._namespaces() if n.startswith(f"{prefix}-")] == [stranger]
+        assert testbed.cleanup(prefix) == ([], [stranger])  # nothing recorded any more
+    finally:
+        if bench.poll() is None:
+            os.kill(bench.pid, signal.SIGKILL)
+        testbed.cleanup(prefix)
+        subprocess.run(["ip", "netns", "delete", stranger], capture_output=True)
 
 
 ACCURACY_PREFIX = "tgacc"

@@ -221,7 +221,7 @@ def test_model_commands(tmp_path, capsys):
         missing = str(tmp_path / "missing.json")
         main(["perf-model", "validate", "--calibrate", missing, "--runs", files[1]])
     assert exc.value.code == 2
-    assert "cannot read" in capsys.readouterr().err
+    assert f"no results file at {missing}" in capsys.readouterr().err
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(SystemExit) as exc:
         main(

@@ -1,6 +1,8 @@
 """Bad input on the command line: exit status 2, one line, no worker started, nothing written —
 for train, reproduce, bench network, bench accuracy and perf-model."""
 
+import os
+
 import pytest
 from support import LENET_RUN as ARGS
 from support import MLP_RUN as RUN
@@ -217,3 +219,28 @@ def test_a_bandwidth_without_root_is_refused_before_anything_is_built(
     monkeypatch.setattr(testbed.os, "geteuid", lambda: 1000)
     err = _refused_by_bench_accuracy(capsys, ["--target", "90"], monkeypatch, tmp_path)
     assert "--bandwidth 100mbit" in err and "needs root" in err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "huge", "folder"])
+def test_a_resume_path_that_is_no_checkpoint_file_is_refused_at_once(
+    tmp_path, capsys, monkeypatch, kind
+):
+    """A FIFO (which would block the reader), a device (endless), a file larger than the
+    machine's memory (sparse here) or a folder: one line, status 2, before anything is read
+    or written."""
+    from terngrad.train import launch
+    from terngrad.util.files import MEMORY_LIMIT
+
+    monkeypatch.setattr(launch, "_spawn", lambda *a: pytest.fail("a worker was started"))
+    path = {"device": "/dev/zero", "folder": str(tmp_path)}.get(kind, str(tmp_path / kind))
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "huge":
+        with open(path, "wb") as f:
+            f.truncate(2 * MEMORY_LIMIT)
+    out = tmp_path / "x"
+    err = refused(capsys, [*RUN, "--steps", "2", "--out", str(out), "--resume", path])
+    says = {"fifo": "is a FIFO (named pipe), not a regular file", "folder": "is a folder",
+            "device": "is a character device", "huge": "more than the"}[kind]  # fmt: skip
+    assert f"checkpoint {path} " in err and says in err
+    assert not out.exists()

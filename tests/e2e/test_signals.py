@@ -1,0 +1,164 @@
+"""A run's lifetime and folder under hostile conditions (issue 30): a signal to the launcher
+alone stops every worker; a SIGKILLed launcher's workers hold the folder until they are gone
+and end by themselves; fewer steps than the checkpoint are refused; a folder removed mid-run
+ends the run in one line; an evaluation record the metrics lost is written back on resume."""
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support import SMALL_RUN as RUN
+from support import gone, refused, workers_of
+
+from terngrad.cli import main
+from terngrad.train import checkpoints, run_folder
+from terngrad.train.outputs import METRICS
+
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def _start(out, steps=4000):
+    """A long two-worker run in its own session, returned once it has a checkpoint (so its
+    workers train and hold the folder)."""
+    argv = [sys.executable, "-m", "terngrad.cli", *RUN, "--steps", str(steps),
+            "--checkpoint-every", "2", "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(argv, env=ENV, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not checkpoints.steps(out):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail(f"the run did not start: {proc.communicate()}")
+        time.sleep(0.05)
+    return proc
+
+
+def _held(out) -> bool:
+    """Whether some process holds ``out``'s lock (tried without taking it for long)."""
+    fd = os.open(out / run_folder.LOCK, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _session(pid: int, seconds: float = 10) -> list[str]:
+    """The processes of session ``pid`` still alive (not zombies) after up to ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = subprocess.run(["pgrep", "-s", str(pid)], capture_output=True, text=True)
+        alive = [int(p) for p in found.stdout.split() if not gone(int(p), 0)]
+        if not alive or time.monotonic() > deadline:
+            return [_command(p) for p in alive]
+        time.sleep(0.1)
+
+
+def _command(pid: int) -> str:
+    try:
+        return (
+            f"{pid}: " + (Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")).decode()
+        )
+    except OSError:
+        return f"{pid}: gone"
+
+
+@pytest.mark.parametrize(
+    "sig, says",
+    [(signal.SIGTERM, "stopped by SIGTERM; every worker was stopped"),
+     (signal.SIGHUP, "stopped by SIGHUP; every worker was stopped"),
+     (signal.SIGINT, "interrupted")],
+)  # fmt: skip
+def test_a_signal_to_the_launcher_alone_stops_every_worker(tmp_path, sig, says):
+    """What a scheduler or ``kill PID`` sends reaches the workers: none trains on, the folder
+    is free once the launcher has returned, and nothing is written after it."""
+    out = tmp_path / "run"
+    proc = _start(out)
+    workers = workers_of(proc.pid)
+    assert len(workers) == 2, workers
+    sent = time.monotonic()
+    os.kill(proc.pid, sig)  # the launcher alone, not its process group
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    assert says in err and len(err.strip().splitlines()) == 1, err
+    assert all(gone(w, 0) for w in workers)  # before the launcher returned
+    assert time.monotonic() - sent < 15
+    assert not _held(out)
+    written = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    time.sleep(1)
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == written
+    assert _session(proc.pid) == []
+
+
+def test_a_sigkilled_launchers_workers_hold_the_folder_until_they_are_gone(tmp_path, capsys):
+    """SIGKILL cannot be caught: the workers hold the folder's lock with the launcher (a
+    second run is refused while any lives) and end by themselves once it is gone. The
+    workers are stopped first, so that the lock is seen held while they live."""
+    out = tmp_path / "run"
+    proc = _start(out)
+    workers = workers_of(proc.pid)
+    for w in workers:
+        os.kill(w, signal.SIGSTOP)
+    try:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert _held(out)
+        err = refused(capsys, [*RUN, "--steps", "4000", "--out", str(out)])
+        assert f"--out {out} is in use by another run" in err
+    finally:
+        for w in workers:
+            os.kill(w, signal.SIGCONT)
+    assert all(gone(w, 10) for w in workers)
+    assert not _held(out)
+    assert _session(proc.pid) == []
+    assert "the launcher (PID" in proc.stderr.read()
+    newest = checkpoints.steps(out)[-1]  # and the folder resumes
+    assert main([*RUN, "--steps", str(newest + 2), "--out", str(out)]) == 0
+
+
+def test_fewer_steps_than_the_checkpoint_are_refused_and_nothing_is_rewritten(
+    tmp_path, capsys, finished_run
+):
+    out = finished_run(4, tmp_path / "run")
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.name != run_folder.LOCK}
+    err = refused(capsys, [*RUN, "--steps", "2", "--out", str(out)])
+    assert f"--steps 2 is fewer than the 4 steps {checkpoints.path_for(out, 4)} has trained" in err
+    assert "give --steps 4 or more" in err
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.name != run_folder.LOCK}
+    assert after == before  # config.json and summary.json as they were
+    assert main([*RUN, "--steps", "4", "--out", str(out)]) == 0  # the same steps: fine
+
+
+def test_a_folder_removed_mid_run_ends_it_in_one_line(tmp_path):
+    import shutil
+
+    out = tmp_path / "run"
+    proc = _start(out)
+    shutil.rmtree(out)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"into --out {out} at step" in err
+    assert "the folder was removed, made read-only or filled during the run" in err
+    assert _session(proc.pid) == []
+
+
+def test_an_evaluation_the_metrics_lost_is_written_back_on_resume(tmp_path, finished_run):
+    """The last line of metrics.jsonl damaged (a crash mid-append, a full disk): the record of
+    the checkpoint's step comes back from the checkpoint, as it was, when the run goes on."""
+    out = finished_run(4, tmp_path / "run")
+    lines = (out / METRICS).read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [2, 4]
+    (out / METRICS).write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])
+    assert main([*RUN, "--steps", "6", "--out", str(out)]) == 0
+    records = [json.loads(x) for x in (out / METRICS).read_text().splitlines()]
+    assert [r["step"] for r in records] == [2, 4, 6]
+    assert records[1] == json.loads(lines[1])
