@@ -211,8 +211,9 @@ class Exchange(ABC):
         return total / self.link.size
 
     def _encode(self, q: Quantizer, flat: torch.Tensor, generator, segments, uniform=None):
-        """``q``'s message of ``flat`` on this exchange's kernels."""
-        return q.encode(flat, generator, segments=segments, uniform=uniform, kernels=self.kernels)
+        """``q``'s message of ``flat`` on this exchange's kernels; ``uniform`` are draws this
+        exchange generated, so their values are not scanned every step (``encode`` would)."""
+        return q._encode_message(flat, generator, None, segments, uniform, self.kernels, False)
 
     def _decode(self, q: Quantizer, message: Encoded) -> torch.Tensor:
         """The flat values of ``q``'s ``message``, on this exchange's kernels."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from terngrad.quantize import Layout, Moments
+from terngrad.quantize.checks import check_out
 from terngrad.wire import Codec
 
 
@@ -31,6 +32,12 @@ def _check_payload(payload: torch.Tensor, codec: Codec, numel: int) -> None:
             f"{codec} payload of {payload.numel()} bytes ({payload.dtype}) for {numel} digits; "
             f"expected {codec.nbytes(numel)} uint8 bytes (truncated data or a wrong count)"
         )
+
+
+def _check_out(out: torch.Tensor, device: torch.device) -> None:
+    """The kernels write ``out`` through its raw memory: a contiguous float32 tensor on
+    ``device`` that does not require grad (:func:`~terngrad.quantize.checks.check_out`)."""
+    check_out(out, out.numel() if isinstance(out, torch.Tensor) else 0, device)
 
 
 def _check_range(lo: int, count: int, layout: Layout, scales: torch.Tensor) -> None:

@@ -16,7 +16,7 @@ import threading
 import numpy as np
 import torch
 
-from terngrad.kernels.checks import _check_payload, _check_range, _moments
+from terngrad.kernels.checks import _check_out, _check_payload, _check_range, _moments
 from terngrad.quantize import TorchKernels
 from terngrad.quantize.bingrad import PB_SWEEPS, BinGradB, BinGradPB
 from terngrad.quantize.grid import overflow_limit
@@ -174,6 +174,7 @@ class NumbaKernels(Kernels, name="numba", devices=("cpu",)):
             raise ValueError(f"{codec} payload holds an invalid word or padding (corrupted data)")
 
     def decode_into(self, out, payload, codec, offset, divisor, lo, layout, scales):
+        _check_out(out, torch.device("cpu"))
         _check_range(lo, out.numel(), layout, scales)
         _check_payload(payload, codec, out.numel())
         ok = self._run(
@@ -229,6 +230,7 @@ class NumbaKernels(Kernels, name="numba", devices=("cpu",)):
         from terngrad.kernels import levels_cpu
 
         _check_payload(payload, codec, layout.numel)
+        _check_out(out, torch.device("cpu"))
         ok = self._run(
             levels_cpu.decode_levels, _np(payload), layout.numel, *_codec_args(codec),
             _np(layout.bucket_starts), _np(levels), _chunk(codec), out.numpy(),

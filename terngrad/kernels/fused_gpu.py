@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from terngrad.kernels.checks import _check_payload, _check_range, _moments
+from terngrad.kernels.checks import _check_out, _check_payload, _check_range, _moments
 from terngrad.quantize import Layout, TorchKernels
 from terngrad.quantize.grid import overflow_limit
 from terngrad.quantize.kernels import GridInput, Kernels, check_draws
@@ -200,6 +200,7 @@ class TritonKernels(Kernels, name="triton", devices=("cuda",)):
         out.copy_(target)
 
     def decode_into(self, out, payload, codec, offset, divisor, lo, layout, scales):
+        _check_out(out, out.device)
         _check_range(lo, out.numel(), layout, scales)
         spec = _triton_codec(codec)
         if spec is None:

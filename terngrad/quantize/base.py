@@ -19,7 +19,18 @@ from typing import Any, ClassVar
 
 import torch
 
-from terngrad.quantize.checks import check_digits, check_finite, check_gradient, flat_gradient
+from terngrad.quantize.checks import (
+    check_digits,
+    check_finite,
+    check_generator,
+    check_gradient,
+    check_layout_input,
+    check_message,
+    check_out,
+    check_scale,
+    check_uniform,
+    flat_gradient,
+)
 from terngrad.quantize.kernels import Draws, Kernels, resolve
 from terngrad.quantize.layout import Layout
 from terngrad.quantize.random import Streams
@@ -63,7 +74,7 @@ class Encoded:
     @property
     def header(self) -> FrameHeader:
         return FrameHeader(
-            method_id=_REGISTRY[self.method].method_id,
+            method_id=lookup(self.method).method_id,
             codec=self.codec,
             dtype=self.dtype,
             shape=self.shape,
@@ -137,6 +148,8 @@ class Quantizer(ABC):
     stochastic: ClassVar[bool] = False
     #: True if ``encode`` takes ``scale=`` (an imposed, shared scale per bucket).
     accepts_scale: ClassVar[bool] = False
+    #: True if every scale is a magnitude (>= 0): a message with a negative one is refused.
+    nonnegative_scales: ClassVar[bool] = False
 
     def __init_subclass__(cls, *, name: str | None = None, method_id: int | None = None, **kw):
         super().__init_subclass__(**kw)
@@ -200,11 +213,27 @@ class Quantizer(ABC):
         backend that runs (:func:`~terngrad.quantize.kernels.resolve`: ``None``/``"auto"``
         the fused kernels where they run, ``"torch"`` the reference, or a
         :class:`~terngrad.quantize.kernels.Kernels`); every backend gives the same bytes.
+
+        Checked (:mod:`~terngrad.quantize.checks`), each with one ``TypeError`` or
+        ``ValueError``: the gradient (floating point, finite, within float32's range), the
+        generator's type, the draws (float32, one per element, on the gradient's device, every
+        one in [0, 1): one pass over them), the scale (finite, >= 0, one per bucket) and
+        the segments.
         """
+        return self._encode_message(grad, generator, scale, segments, uniform, kernels, True)
+
+    def _encode_message(
+        self, grad: torch.Tensor, generator: torch.Generator | None,
+        scale: float | torch.Tensor | None, segments: Sequence[int] | None,
+        uniform: torch.Tensor | None, kernels: str | Kernels | None, scan_draws: bool,
+    ) -> Encoded:  # fmt: skip
+        """:meth:`encode`; ``scan_draws=False`` for draws the caller generated itself (the
+        exchange's ``torch.rand`` or counter streams, every step): their count, dtype and
+        device are checked, their values not scanned."""
         flat = flat_gradient(grad)
         layout = Layout.of(flat.numel(), segments, self.bucket_size)
         scale_t = self._check_scale(scale, layout, flat.device)
-        draws = self._draws(flat, layout, generator, uniform)
+        draws = self._draws(flat, layout, generator, uniform, scan_draws)
         backend = resolve(kernels, flat.device)
         if flat.numel():
             scales, payload = self._encode(backend, flat, layout, draws, scale_t)
@@ -236,9 +265,14 @@ class Quantizer(ABC):
         kernels: str | Kernels | None = None,
     ) -> torch.Tensor:
         """The float32 tensor ``encoded`` stands for, in the original shape; written into
-        ``out`` if given (a contiguous float32 tensor of as many elements, e.g. the gradient's
-        own buffer: no allocation of the tensor's size, as the DDP hook decodes). ``kernels``
-        as in :meth:`encode`, for the device of ``out`` (else of the payload)."""
+        ``out`` if given (a contiguous float32 tensor of as many elements on the payload's
+        device, e.g. the gradient's own buffer: no allocation of the tensor's size, as the DDP
+        hook decodes). ``kernels`` as in :meth:`encode`, on the payload's device.
+
+        Checked before anything is allocated (:func:`~terngrad.quantize.checks.check_message`):
+        every field of the message against this method and the others, so a forged message
+        (say a checksummed frame with a contradicting header) raises one ``ValueError`` naming
+        the field; and ``out`` (:func:`~terngrad.quantize.checks.check_out`)."""
         if not isinstance(encoded, Encoded):
             raise TypeError(f"decode takes an Encoded, got {type(encoded).__name__}")
         if encoded.method != self.name:
@@ -246,25 +280,10 @@ class Quantizer(ABC):
                 f"this message was encoded by {encoded.method!r}; decode it with "
                 f"quantize.get({encoded.method!r}) or quantize.decode()"
             )
-        self._check_message_levels(encoded.levels)
-        layout = encoded.layout
-        expected = layout.n_buckets * self._scales_per_bucket(encoded.levels)
-        if encoded.scales.numel() != expected:
-            raise ValueError(
-                f"{self.name} message of {layout.numel} elements in {layout.n_buckets} buckets "
-                f"needs {expected} scales, got {encoded.scales.numel()}"
-            )
-        if out is not None and (
-            not isinstance(out, torch.Tensor)
-            or out.dtype != torch.float32
-            or out.numel() != layout.numel
-            or not out.is_contiguous()
-        ):
-            raise ValueError(
-                f"out must be a contiguous float32 tensor of {layout.numel} elements, got "
-                f"{getattr(out, 'dtype', type(out).__name__)} of {getattr(out, 'shape', '?')}"
-            )
-        backend = resolve(kernels, encoded.payload.device if out is None else out.device)
+        layout = check_message(self, encoded)
+        if out is not None:
+            check_out(out, layout.numel, encoded.payload.device)
+        backend = resolve(kernels, encoded.payload.device)
         flat_out = None if out is None else out.view(-1)
         if layout.numel:
             flat = self._decode(backend, encoded, layout, flat_out)
@@ -284,9 +303,11 @@ class Quantizer(ABC):
         (one or more per bucket of ``layout``) and one value per element of the flat, finite
         float32 ``flat`` (a digit for :attr:`codec`, or a float for fp32/fp16). The random draws
         are ``uniform`` if given (float32 in [0, 1), one per element in order), else the
-        counter-based streams :meth:`Streams.from_generator` keys from ``generator``."""
+        counter-based streams :meth:`Streams.from_generator` keys from ``generator``. Checked
+        as :meth:`encode` checks (``flat`` of ``layout.numel`` elements, finite)."""
+        flat = check_layout_input(flat, layout)
         scale_t = self._check_scale(scale, layout, flat.device)
-        draws = self._draws(flat, layout, generator, uniform)
+        draws = self._draws(flat, layout, generator, uniform, True)
         return self._quantize_drawn(flat, layout, draws, scale_t)
 
     def _draws(
@@ -295,22 +316,18 @@ class Quantizer(ABC):
         layout: Layout,
         generator: torch.Generator | None,
         uniform: torch.Tensor | None,
+        scan: bool,
     ) -> Draws | None:
-        """The draws of one encoding: ``uniform`` (checked), or one counter-based stream per
-        segment keyed from ``generator``; ``None`` for a deterministic method."""
-        if uniform is not None and (
-            not isinstance(uniform, torch.Tensor)
-            or uniform.dtype != torch.float32
-            or uniform.numel() != flat.numel()
-        ):
-            raise ValueError(
-                f"uniform must be a float32 tensor of {flat.numel()} draws in [0, 1), one per "
-                "element"
-            )
+        """The draws of one encoding: ``uniform`` (checked; its values scanned if ``scan``),
+        or one counter-based stream per segment keyed from ``generator`` (its type checked);
+        ``None`` for a deterministic method."""
+        check_generator(generator)
+        if uniform is not None:
+            uniform = check_uniform(uniform, flat, scan)
         if not self.stochastic:
             return None
         if uniform is not None:
-            return uniform.reshape(-1)
+            return uniform
         return Streams.from_generator(generator, len(layout.segments))
 
     def _quantize_drawn(
@@ -372,14 +389,11 @@ class Quantizer(ABC):
         return flat if out is None else out.copy_(flat)
 
     def _digit_payload(self, encoded: Encoded, device: torch.device) -> torch.Tensor:
-        """The payload of a message of digits, on ``device``, for the kernels: its digits are
-        checked first where its codec can hold one beyond the message's levels (a 2-bit field
-        in a message of 3 levels); the kernels check the words of a base-``levels`` codec."""
+        """The payload of a checked message of digits, on ``device``, for the kernels: its
+        digits are checked first where its codec can hold one beyond the message's levels (a
+        2-bit field in a message of 3 levels); the kernels check the words of a base-``levels``
+        codec."""
         codec = encoded.codec
-        if codec.is_float:
-            raise ValueError(
-                f"{self.name} message packs {codec} floats where it packs digits (corrupted header)"
-            )
         if codec != Codec.base(encoded.levels):
             numel = encoded.layout.numel
             check_digits(self.name, codec.unpack(encoded.payload, numel), encoded.levels)
@@ -443,38 +457,26 @@ class Quantizer(ABC):
         """Float32 scales each bucket sends, for a message of ``levels`` levels."""
         return 1
 
-    def _check_message_levels(self, levels: int) -> None:
-        """``ValueError`` if a message's ``levels`` field is impossible for this method."""
-        if levels < 2:
-            raise ValueError(f"{self.name} message needs at least 2 levels, got {levels}")
+    def _message_levels_problem(self, levels: int) -> str | None:
+        """What is wrong with a message's ``levels`` for this method, or ``None``: a method
+        whose levels are not an option always has :attr:`levels`; the others 2 to 65535."""
+        if "levels" not in self.option_names():
+            fixed = levels == self.levels
+            return None if fixed else f"{levels}, where {self.name} has {self.levels}"
+        return None if 2 <= levels <= 65535 else f"{levels}, outside [2, 65535]"
 
     def _check_scale(
         self, scale: float | torch.Tensor | None, layout: Layout, device: torch.device
     ) -> torch.Tensor | None:
-        """An imposed scale as one float32 value per bucket, or ``None``."""
-        if scale is None:
-            return None
-        if not self.accepts_scale:
-            raise ValueError(
-                f"{self.name} chooses its own levels per bucket and takes no imposed scale; "
-                "pass scale=None"
-            )
-        count = layout.n_buckets
-        s = torch.as_tensor(scale, dtype=torch.float32, device=device).reshape(-1)
-        if s.numel() == 1 and count != 1:
-            s = s.expand(count)
-        if s.numel() != count:
-            raise ValueError(
-                f"scale must be one number or one value per bucket ({count} here), "
-                f"got {s.numel()} values"
-            )
-        if count and not (bool(torch.isfinite(s).all()) and float(s.min()) >= 0):
-            raise ValueError("scale must be finite and non-negative")
-        return s.contiguous()
+        """An imposed scale as one float32 value per bucket, or ``None`` (checked:
+        :func:`~terngrad.quantize.checks.check_scale`)."""
+        return check_scale(scale, layout.n_buckets, device, self.name, self.accepts_scale)
 
 
 def lookup(name: str) -> type[Quantizer]:
     """The quantizer class registered as ``name``; a clear error with suggestions if none."""
+    if not isinstance(name, str):
+        raise TypeError(f"a quantizer name is a string (quantize.names()), got {name!r}")
     if name not in _REGISTRY:
         close = difflib.get_close_matches(str(name), list(_REGISTRY), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from terngrad.quantize.base import Encoded, Quantizer, stochastic_round
-from terngrad.quantize.checks import check_finite
+from terngrad.quantize.checks import check_finite, flat_gradient
 from terngrad.quantize.clipping import clip_to_sigma
 from terngrad.quantize.kernels import Draws, Kernels
 from terngrad.quantize.layout import Layout
@@ -76,6 +76,7 @@ class SymmetricGrid(Quantizer):
 
     stochastic = True
     accepts_scale = True
+    nonnegative_scales = True
     m: int
     #: c in TernGrad's clipping at c * sigma (:mod:`terngrad.quantize.clipping`), or None
     clip: float | None = None
@@ -100,9 +101,7 @@ class SymmetricGrid(Quantizer):
         ``encode``, a NaN or Inf in ``grad`` is not an error here: it makes its bucket's scale
         NaN or Inf, which the exchange sees after the all-reduce, on every rank at once.
         """
-        if not isinstance(grad, torch.Tensor) or not grad.dtype.is_floating_point:
-            raise ValueError("local_scales takes a floating-point tensor")
-        flat = grad.detach().reshape(-1).to(torch.float32)
+        flat = flat_gradient(grad)
         layout = Layout.of(flat.numel(), segments, self.bucket_size)
         if not flat.numel():
             return flat.new_empty(0)
@@ -207,11 +206,12 @@ class SymmetricGrid(Quantizer):
         saturated = torch.sign(y).double() * torch.minimum(y.abs().double(), s_el)
         return rounding.sum() + (saturated - flat.double()).square().sum()
 
-    def _check_message_levels(self, levels: int) -> None:
-        if levels < 3 or levels % 2 == 0:
-            raise ValueError(
-                f"{self.name} message needs an odd number of levels >= 3, got {levels}"
-            )
+    def _message_levels_problem(self, levels: int) -> str | None:
+        """As :meth:`Quantizer._message_levels_problem`, and odd: ``2m + 1``."""
+        problem = super()._message_levels_problem(levels)
+        if problem is None and levels % 2 == 0:
+            return f"{levels}, where {self.name} has an odd number (2m + 1)"
+        return problem
 
 
 def bucket_max_abs(y: torch.Tensor, layout: Layout) -> torch.Tensor:

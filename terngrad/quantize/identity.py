@@ -36,10 +36,6 @@ class FP32(Quantizer, name="fp32", method_id=0):
     def _scales_per_bucket(self, levels: int) -> int:
         return 0
 
-    def _check_message_levels(self, levels: int) -> None:
-        if levels != 0:
-            raise ValueError(f"{self.name} message must have levels 0, got {levels}")
-
 
 class FP16(FP32, name="fp16", method_id=1):
     """Cast to float16 (round to nearest even): 16 bits per element, deterministic.

@@ -22,6 +22,7 @@ class SignSGD(LevelQuantizer, name="signsgd", method_id=8):
     unbiased = False
     rounding = "nearest"
     levels = 2
+    nonnegative_scales = True  # the scale is mean |g|: a negative one would flip the signs
 
     def __init__(self, bucket_size: int | None = None, clip: float | None = None) -> None:
         self.bucket_size = check_bucket_size(bucket_size)

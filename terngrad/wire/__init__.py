@@ -8,6 +8,8 @@ from terngrad.wire.codec import Codec
 from terngrad.wire.frame import (
     FORMAT_VERSION,
     FrameHeader,
+    check_header,
+    check_scales,
     frame_nbytes,
     header_nbytes,
     new_frame,
@@ -37,6 +39,8 @@ __all__ = [
     "Codec",
     "FrameHeader",
     "base_nbytes",
+    "check_header",
+    "check_scales",
     "codes_codec",
     "codes_frame_nbytes",
     "codes_header",

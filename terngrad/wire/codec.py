@@ -72,7 +72,17 @@ class Codec:
         """The codec a frame header names; ``ValueError`` for an unknown id or bad param."""
         if not 0 <= kind_id < len(cls.KINDS):
             raise ValueError(f"unknown codec id {kind_id} in frame header")
-        return cls(cls.KINDS[kind_id], param)
+        try:
+            return cls(cls.KINDS[kind_id], param)
+        except ValueError as bad:
+            raise ValueError(f"frame header field codec param: {bad} (corrupted header)") from None
+
+    @property
+    def capacity(self) -> int:
+        """The distinct digits a payload can hold: ``2**bits`` or the base (0 for floats)."""
+        if self.is_float:
+            return 0
+        return 1 << self.param if self.kind == "nbit" else self.param
 
     @property
     def is_float(self) -> bool:
@@ -80,7 +90,8 @@ class Codec:
         return self.kind in self._FLOAT
 
     def nbytes(self, numel: int) -> int:
-        """Exact payload bytes for ``numel`` values."""
+        """Exact payload bytes for ``numel`` values (a non-negative integer)."""
+        pack.check_count(numel)
         if self.is_float:
             return numel * self._FLOAT[self.kind].itemsize
         if self.kind == "nbit":
@@ -99,11 +110,7 @@ class Codec:
     def unpack(self, payload: torch.Tensor, numel: int) -> torch.Tensor:
         """Inverse of :meth:`pack`: ``numel`` floats (raw codecs) or digits."""
         if self.is_float:
-            expected = self.nbytes(numel)
-            if payload.numel() != expected:
-                raise ValueError(
-                    f"{self.kind} payload: expected {expected} bytes, got {payload.numel()}"
-                )
+            payload = pack.check_packed(payload, self.nbytes(numel), f"{self.kind} unpack")
             # clone: the payload may sit at an offset inside a frame that is not float-aligned
             return payload.reshape(-1).clone().view(self._FLOAT[self.kind])
         if self.kind == "nbit":

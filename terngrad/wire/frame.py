@@ -29,6 +29,10 @@ scales start 4-byte aligned. :func:`read_frame` rejects, with a ``ValueError`` t
 wrong, any frame that is truncated or padded, has another magic or version, names an unknown
 codec or dtype, has a shape or segments that disagree with numel or a payload length that
 disagrees with the codec, or fails its checksum: a damaged frame never decodes to a wrong tensor.
+A frame whose checksum holds but whose header contradicts itself (levels its codec cannot carry,
+a dimension beyond a torch size) or whose scales are NaN or Inf is refused too
+(:func:`check_header`, :func:`check_scales`, which :func:`new_frame` runs as well). Every length
+is checked against the frame's actual size before anything is allocated.
 """
 
 from __future__ import annotations
@@ -90,31 +94,78 @@ def frame_nbytes(ndim: int, n_scales: int, payload_len: int, n_segments: int = 0
     return header_nbytes(ndim, n_segments) + 4 * n_scales + payload_len
 
 
+_DIM_MAX = 2**63 - 1  # torch sizes are int64
+
+
 def _check_range(name: str, value: int, hi: int) -> None:
-    if not isinstance(value, int) or not 0 <= value <= hi:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= hi:
         raise ValueError(
             f"frame header field {name} must be an integer in [0, {hi}], got {value!r}"
+        )
+
+
+def check_header(header: FrameHeader) -> FrameHeader:
+    """``header`` itself if every field fits its bytes and agrees with the others, else one
+    ``ValueError`` naming the field: the integer fields in range, every dimension and segment
+    length a torch size (below 2**63), a known dtype, and ``levels`` that the codec can carry
+    (0 for a float codec, 2 up to the codec's digits otherwise). :func:`new_frame` and
+    :func:`read_frame` both run it, so no frame is written or read that breaks it."""
+    _check_range("method_id", header.method_id, _U8)
+    _check_range("levels", header.levels, _U16)
+    _check_range("bucket_size", header.bucket_size, _U32)
+    _check_range("n_scales", header.n_scales, _U32)
+    _check_range("ndim", len(header.shape), _U8)
+    _check_range("segments", len(header.segments), _U32)
+    for name, dims in (("shape", header.shape), ("segments", header.segments)):
+        for dim in dims:
+            _check_range(f"{name} entry", dim, _DIM_MAX)
+    if header.dtype not in DTYPES:
+        raise ValueError(f"frame dtype must be one of {DTYPES}, got {header.dtype}")
+    if not isinstance(header.codec, Codec):
+        raise ValueError(f"frame header field codec must be a Codec, got {header.codec!r}")
+    capacity = header.codec.capacity
+    if capacity == 0 and header.levels != 0:
+        raise ValueError(
+            f"frame header field levels is {header.levels}, but codec {header.codec} carries "
+            "floats (levels 0): a corrupted or forged header, discard the frame"
+        )
+    if capacity and not 2 <= header.levels <= capacity:
+        raise ValueError(
+            f"frame header field levels is {header.levels}, but codec {header.codec} carries "
+            f"2 to {capacity} levels: a corrupted or forged header, discard the frame"
+        )
+    return header
+
+
+def check_scales(scales: torch.Tensor, what: str) -> None:
+    """``ValueError`` naming how many of ``scales`` are NaN or Inf (one pass over the scales,
+    not over the payload): no frame carries, and no decode uses, a non-finite scale."""
+    if not scales.numel():
+        return
+    bad = scales.numel() - int(torch.isfinite(scales).sum())
+    if bad:
+        raise ValueError(
+            f"{what} has {bad} non-finite scale(s) (NaN or Inf) out of {scales.numel()}: "
+            "a corrupted or forged message, discard it (encode only finite gradients)"
         )
 
 
 def new_frame(header: FrameHeader, scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A frame of ``header.nbytes`` bytes with its header and scales written, and a view of its
     payload for the caller (a packing kernel) to fill; :func:`seal_frame` then sets the
-    checksum. :func:`write_frame` is both steps with a payload already packed."""
-    _check_range("method_id", header.method_id, _U8)
-    _check_range("levels", header.levels, _U16)
-    _check_range("bucket_size", header.bucket_size, _U32)
-    _check_range("ndim", len(header.shape), _U8)
-    _check_range("segments", len(header.segments), _U32)
+    checksum. :func:`write_frame` is both steps with a payload already packed. The header must
+    pass :func:`check_header` and the scales be finite (``ValueError`` otherwise)."""
+    check_header(header)
     if header.segments and sum(header.segments) != header.numel:
         raise ValueError(
             f"segment lengths sum to {sum(header.segments)}, the tensor has {header.numel}"
         )
-    if header.dtype not in DTYPES:
-        raise ValueError(f"frame dtype must be one of {DTYPES}, got {header.dtype}")
+    if not isinstance(scales, torch.Tensor):
+        raise TypeError(f"frame scales must be a torch.Tensor, got {type(scales).__name__}")
     scales = scales.detach().reshape(-1).to("cpu", torch.float32).contiguous()
     if scales.numel() != header.n_scales:
         raise ValueError(f"header says {header.n_scales} scales, got {scales.numel()}")
+    check_scales(scales, "a frame")
     fixed = _HEADER.pack(
         MAGIC,
         FORMAT_VERSION,
@@ -142,7 +193,20 @@ def new_frame(header: FrameHeader, scales: torch.Tensor) -> tuple[torch.Tensor, 
 
 
 def seal_frame(frame: torch.Tensor) -> torch.Tensor:
-    """Write the CRC-32 of a frame made by :func:`new_frame` once its payload is filled."""
+    """Write the CRC-32 of a frame made by :func:`new_frame` once its payload is filled
+    (``ValueError`` unless a contiguous 1-D uint8 CPU tensor with room for a header)."""
+    if not (
+        isinstance(frame, torch.Tensor)
+        and frame.dtype == torch.uint8
+        and frame.dim() == 1
+        and frame.device.type == "cpu"
+        and frame.is_contiguous()
+        and frame.numel() >= _HEADER.size
+    ):
+        raise ValueError(
+            "seal_frame takes the contiguous 1-D uint8 CPU tensor that new_frame returned, got "
+            f"{getattr(frame, 'dtype', type(frame).__name__)} of {getattr(frame, 'shape', '?')}"
+        )
     frame[_CRC_OFFSET : _CRC_OFFSET + 4] = 0
     crc = crc32(memoryview(frame.numpy()))
     frame[_CRC_OFFSET : _CRC_OFFSET + 4] = torch.frombuffer(
@@ -231,6 +295,8 @@ def read_frame(
             f"terngrad frame payload of {payload_len} bytes does not match {numel} elements "
             f"in codec {codec} ({header.payload_len} bytes)"
         )
+    check_header(header)
     scales_end = head_len + 4 * n_scales
     scales = buf[head_len:scales_end].clone().view(torch.float32)
+    check_scales(scales, "terngrad frame")
     return header, scales, buf[scales_end:]

@@ -56,9 +56,25 @@ def _check_digits(digits: torch.Tensor, bound: int) -> torch.Tensor:
     return flat
 
 
-def _check_packed(packed: torch.Tensor, expected: int, what: str) -> torch.Tensor:
-    if not isinstance(packed, torch.Tensor) or packed.dtype != torch.uint8:
-        raise ValueError(f"{what}: packed data must be a uint8 tensor")
+def check_count(numel: int) -> int:
+    """``numel``, a count of digits or values: ``TypeError`` unless an integer, ``ValueError`` if
+    negative."""
+    if isinstance(numel, bool) or not isinstance(numel, int):
+        raise TypeError(f"numel must be an integer count of digits, got {type(numel).__name__}")
+    if numel < 0:
+        raise ValueError(f"numel must be a count of digits (>= 0), got {numel}")
+    return numel
+
+
+def check_packed(packed: torch.Tensor, expected: int, what: str) -> torch.Tensor:
+    """``packed`` flattened: ``TypeError`` unless a tensor, ``ValueError`` unless ``expected``
+    uint8 bytes (checked before anything is unpacked or allocated)."""
+    if not isinstance(packed, torch.Tensor):
+        raise TypeError(
+            f"{what}: packed data must be a uint8 torch.Tensor, got {type(packed).__name__}"
+        )
+    if packed.dtype != torch.uint8:
+        raise ValueError(f"{what}: packed data must be a uint8 tensor, got {packed.dtype}")
     flat = packed.reshape(-1)
     if flat.numel() != expected:
         raise ValueError(
@@ -77,13 +93,14 @@ def _digit_dtype(bound: int) -> torch.dtype:
 
 
 def _check_bits(bits: int) -> None:
-    if not isinstance(bits, int) or not 1 <= bits <= MAX_BITS:
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= MAX_BITS:
         raise ValueError(f"bits must be an integer in [1, {MAX_BITS}], got {bits!r}")
 
 
 def nbit_nbytes(numel: int, bits: int) -> int:
     """Bytes that ``numel`` digits take at ``bits`` bits each: ceil(numel * bits / 8)."""
     _check_bits(bits)
+    check_count(numel)
     return (numel * bits + 7) // 8
 
 
@@ -107,7 +124,7 @@ def unpack_nbit(packed: torch.Tensor, bits: int, numel: int) -> torch.Tensor:
     _check_bits(bits)
     if 8 % bits == 0:
         return unpack_base(packed, 1 << bits, numel)
-    flat = _check_packed(packed, nbit_nbytes(numel, bits), f"{bits}-bit unpack")
+    flat = check_packed(packed, nbit_nbytes(numel, bits), f"{bits}-bit unpack")
     shifts = torch.arange(8, device=flat.device)
     stream = ((flat.to(torch.int64)[:, None] >> shifts) & 1).reshape(-1)
     if bool(stream[numel * bits :].any()):
@@ -131,7 +148,7 @@ def unpack_2bit(packed: torch.Tensor, numel: int) -> torch.Tensor:
 
 
 def _check_base(base: int) -> None:
-    if not isinstance(base, int) or not 2 <= base <= MAX_BASE:
+    if isinstance(base, bool) or not isinstance(base, int) or not 2 <= base <= MAX_BASE:
         raise ValueError(f"base must be an integer in [2, {MAX_BASE}], got {base!r}")
 
 
@@ -160,6 +177,7 @@ def word_layout(base: int) -> tuple[int, int]:
 def base_nbytes(numel: int, base: int) -> int:
     """Bytes that ``numel`` base-``base`` digits take: ceil(numel / k) words of w bytes."""
     k, w = word_layout(base)
+    check_count(numel)
     return math.ceil(numel / k) * w
 
 
@@ -199,7 +217,7 @@ def pack_base(digits: torch.Tensor, base: int) -> torch.Tensor:
 def unpack_base(packed: torch.Tensor, base: int, numel: int) -> torch.Tensor:
     """Inverse of :func:`pack_base`: the first ``numel`` digits (uint8, or int32 if base > 256)."""
     k, w = word_layout(base)
-    flat = _check_packed(packed, base_nbytes(numel, base), f"base-{base} unpack")
+    flat = check_packed(packed, base_nbytes(numel, base), f"base-{base} unpack")
     shifts = 8 * torch.arange(w, device=flat.device)
     words = (flat.to(torch.int64).view(-1, w) << shifts).sum(1)
     if words.numel() and (bool((words < 0).any()) or int(words.max()) >= base**k):
