@@ -41,7 +41,7 @@ from torch import nn
 
 from terngrad.comm.errors import explain
 from terngrad.comm.options import Options
-from terngrad.comm.plans import last_layer_names
+from terngrad.comm.plans import last_layer_names, tied_last_layer
 from terngrad.comm.policy import Decision, Estimate
 from terngrad.comm.reducer import Deferred, Reducer
 from terngrad.comm.stats import Stats, Timing
@@ -114,6 +114,9 @@ class State:
         self._params = list(module.named_parameters())
         self._last_layer = last_layer_names(module)
         self._bound = weakref.ref(module)
+        tied = tied_last_layer(module)
+        if tied and not self.options.quantize_last:
+            warnings.warn(_tied_warning(tied, dict(self._params)), stacklevel=2)
         return self
 
     def build(self) -> Reducer:
@@ -345,6 +348,18 @@ def _registered_model(state: State) -> nn.Module:
             f"({len(owners)} DDP models have it): call state.bind(model) first"
         )
     return owners[0]
+
+
+def _tied_warning(tied: dict[str, str], params: dict[str, torch.Tensor]) -> str:
+    """The warning for a last layer whose tensor is another module's (tied weights)."""
+    pairs = ", ".join(
+        f"{alias} is {name} ({params[name].numel():,} elements)" for alias, name in tied.items()
+    )
+    return (
+        f"terngrad: the last layer's weights are tied to another module's ({pairs}): kept in "
+        "full precision as the last layer, so that tensor is never quantized in either role; "
+        "pass quantize_last=True to quantize it (and the rest of the last layer)"
+    )
 
 
 def _warn_if_unused(used: list[bool]) -> None:

@@ -23,17 +23,31 @@ Span = tuple[int, int]  # (offset, numel) in a bucket's buffer
 
 
 def last_layer_names(module: nn.Module) -> set[str]:
-    """Names of the parameters of the last submodule (in definition order) that owns any:
-    the classifier of the usual model."""
-    owners = [
-        (prefix, m)
-        for prefix, m in module.named_modules()
-        if next(m.parameters(recurse=False), None) is not None
-    ]
-    if not owners:
-        return set()
-    prefix, owner = owners[-1]
-    return {f"{prefix}.{n}" if prefix else n for n, _ in owner.named_parameters(recurse=False)}
+    """The parameters of the last layer, the one :class:`BucketPlan` keeps in full precision
+    unless ``quantize_last``: those that train of the last submodule (in definition order)
+    owning a parameter that trains — the classifier of the usual model; a frozen classifier is
+    passed over for the last layer that trains. Found by tensor, named as
+    ``module.named_parameters()`` names it: a tied output projection (GPT-2's head *is* the
+    embedding's matrix, listed once, under the embedding's name) is kept too
+    (:func:`tied_last_layer` says so)."""
+    return set(_last_layer(module).values())
+
+
+def tied_last_layer(module: nn.Module) -> dict[str, str]:
+    """The last layer's parameters that are another module's tensor (tied weights): each one's
+    name in the last layer, with the name ``module.named_parameters()`` lists it under."""
+    return {alias: name for alias, name in _last_layer(module).items() if alias != name}
+
+
+def _last_layer(module: nn.Module) -> dict[str, str]:
+    """The last layer's trainable parameters: their names in it, and the names
+    ``module.named_parameters()`` lists them under (the same but for tied tensors)."""
+    listed = {id(p): name for name, p in module.named_parameters()}
+    for prefix, owner in reversed(list(module.named_modules())):
+        own = [(n, p) for n, p in owner.named_parameters(recurse=False) if p.requires_grad]
+        if own:
+            return {f"{prefix}.{n}" if prefix else n: listed[id(p)] for n, p in own}
+    return {}
 
 
 def full_precision_names(
