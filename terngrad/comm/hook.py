@@ -40,6 +40,7 @@ import torch.distributed as dist
 from torch import nn
 
 from terngrad.comm.errors import explain
+from terngrad.comm.momentum import MomentumSource, check_source, to_local_momentum
 from terngrad.comm.options import Options
 from terngrad.comm.plans import last_layer_names, tied_last_layer
 from terngrad.comm.policy import Decision, Estimate
@@ -59,8 +60,11 @@ class State:
     ``timeout``), every other keyword a quantizer option (``clip=2.0``, ``bucket_size=512``);
     or ``options``, a ready :class:`Options`. ``model``: the model (or its DDP wrapper) whose
     parameters the hook exchanges: by default the DDP model the state is registered on, found
-    at its first use. ``estimate``: given link and codec speeds for ``policy="auto"``;
-    ``group``: the process group (default: a new one of all ranks).
+    at its first use. ``optimizer``: a :class:`terngrad.optim.FrozenVarianceAdamW`, whose
+    momentum is then exchanged instead of the gradient once its warm-up is over
+    (:mod:`terngrad.comm.momentum`; give ``error_feedback=True`` too, as 1-bit Adam does).
+    ``estimate``: given link and codec speeds for ``policy="auto"``; ``group``: the process
+    group (default: a new one of all ranks).
 
     Read :attr:`stats`, :attr:`timing`, :attr:`last_step_skipped` (skip ``optimizer.step()``
     when True); save and restore with :meth:`state_dict` / :meth:`load_state_dict`.
@@ -73,6 +77,7 @@ class State:
         *,
         options: Options | None = None,
         model: nn.Module | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
         estimate: Estimate | None = None,
         group: dist.ProcessGroup | None = None,
         **settings: Any,
@@ -96,6 +101,11 @@ class State:
         self._used = [False]
         self._rehearsing = False  # settle_buckets: the hook hands buckets back untouched
         weakref.finalize(self, _warn_if_unused, self._used)
+        #: the optimizer whose momentum is exchanged after its warm-up (``optimizer=``)
+        self.momentum: MomentumSource | None = None
+        if optimizer is not None:
+            self.momentum = check_source(optimizer)
+            self.momentum.bind_exchange()
         if model is not None:
             self.bind(model)
 
@@ -229,6 +239,8 @@ class State:
         try:
             if self._failed is not None:
                 raise self._failed
+            if self.momentum is not None:
+                to_local_momentum(self.momentum, params, buffer)
             reducer.reduce_bucket(buffer, params, self._deferred, last)
             if not last:
                 return

@@ -36,7 +36,7 @@ from terngrad.util.settings import (
 
 DEFAULT_TIMEOUT = 300.0  # seconds any collective of a training run may wait
 DEFAULT_BATCH = 64  # examples per worker unless a batch size is given
-OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "frozen-adamw")
 SCHEDULES = schedule.SCHEDULES
 #: fields that may change when a run is resumed (extending it, evaluating more often, moving it)
 RESUMABLE_CHANGES = (
@@ -109,6 +109,12 @@ class TrainConfig:
         0.0, "the same warm-up, in epochs of the training set (the ORQ paper: 5)", _OPT,
         NON_NEGATIVE,
     )  # fmt: skip
+    #: frozen-adamw: the steps of plain AdamW before its variance freezes and the hook
+    #: exchanges its momentum (terngrad.optim.FrozenVarianceAdamW)
+    freeze_after: int = setting(
+        0, "frozen-adamw: AdamW for the first N steps, then the variance frozen and the "
+        "momentum exchanged", _OPT, NON_NEGATIVE_INT, metavar="N",
+    )  # fmt: skip
     #: examples per worker; ``None`` with no total either: :data:`DEFAULT_BATCH`
     batch_size: int | None = setting(None, f"per worker (default {DEFAULT_BATCH})", _OPT,
                                      POSITIVE_INT)  # fmt: skip
@@ -163,6 +169,13 @@ class TrainConfig:
             )
         if self.warmup_steps and self.warmup_epochs:
             fail("give warmup-steps or warmup-epochs, not both")
+        if (self.optimizer == "frozen-adamw") != (self.freeze_after > 0):
+            fail(
+                "optimizer frozen-adamw needs freeze-after N >= 1 (the steps of AdamW that "
+                "measure the variance)"
+                if self.optimizer == "frozen-adamw"
+                else f"freeze-after is frozen-adamw's; optimizer {self.optimizer!r} takes none"
+            )
         if self.batch_size is not None and self.total_batch_size is not None:
             fail("give one of batch-size (per worker) and total-batch-size, not both")
         if self.batch_size is None and self.total_batch_size is None:

@@ -22,6 +22,7 @@ import terngrad.ddp
 from terngrad.comm import CollectiveFailed, rank_seed
 from terngrad.comm.agreement import differing_ranks
 from terngrad.comm.consistency import check_replicas
+from terngrad.comm.momentum import MomentumSource
 from terngrad.train import baselines, checkpoints, models, outputs, text
 from terngrad.train import data as datasets
 from terngrad.train.config import PER_NODE, TrainConfig
@@ -92,12 +93,13 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
     out = Path(cfg.out)
     data = load_data(cfg, seed=cfg.seed)
     model = build_model(cfg, data)  # identical initial replicas (DDP also broadcasts rank 0's)
-    if cfg.baseline is None:
+    optimizer = make_optimizer(cfg, model)
+    if cfg.baseline is None:  # (frozen-adamw: the hook exchanges its momentum after warm-up)
         ddp = nn.parallel.DistributedDataParallel(model)
-        state = terngrad.ddp.register(ddp, options=cfg.hook_options)
+        momentum = optimizer if isinstance(optimizer, MomentumSource) else None
+        state = terngrad.ddp.register(ddp, options=cfg.hook_options, optimizer=momentum)
     else:  # PyTorch's own averaging: no hook state, nothing skipped, no bytes counted by us
         ddp, state = baselines.wrap(model, cfg.baseline, cfg.seed), None
-    optimizer = make_optimizer(cfg, model)
     lr_schedule = make_schedule(cfg, optimizer, data.train_size)
     sampler = datasets.ShardSampler(data.train_size, rank, world, cfg.worker_batch, cfg.seed)
 

@@ -15,7 +15,11 @@ PACKAGE = Path(terngrad.__file__).parent
 LAYERS = ["util", "wire", "quantize", "kernels", "comm", "ddp", "train", "bench", "cli"]
 
 
-LAYER_OF = {**{name: i for i, name in enumerate(LAYERS)}, "integrations": LAYERS.index("ddp")}
+LAYER_OF = {
+    **{name: i for i, name in enumerate(LAYERS)},
+    "integrations": LAYERS.index("ddp"),
+    "optim": LAYERS.index("ddp"),
+}
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
