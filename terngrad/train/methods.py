@@ -32,13 +32,16 @@ class Method:
     """One way to average gradients: ``name``, the ``label`` of tables and plots, and either a
     PyTorch ``baseline`` or terngrad's hook with ``exchange`` options. ``full_precision_share``:
     this share of a run's steps averages in full precision before the quantizer takes over
-    (1-bit Adam's warm-up, Tang et al. 2021)."""
+    (1-bit Adam's warm-up, Tang et al. 2021). ``freeze_share``: for a run with AdamW, the
+    optimizer becomes ``frozen-adamw`` with its variance frozen after this share of the steps,
+    the hook then exchanging its preconditioned momentum (:mod:`terngrad.optim`)."""
 
     name: str
     label: str
     baseline: str | None = None
     exchange: Options | None = field(default=None, hash=False)
     full_precision_share: float = 0.0
+    freeze_share: float = 0.0
 
     def __post_init__(self) -> None:
         if (self.baseline is None) == (self.exchange is None):
@@ -84,13 +87,22 @@ class Method:
         if self.full_precision_share:
             k = full_precision_steps or max(1, int(base.steps * self.full_precision_share))
             exchange = exchange.replace(full_precision_steps=k)
+        if self.freeze_share:
+            if base.optimizer != "adamw":
+                raise ValueError(
+                    f"method {self.name} freezes AdamW's variance; this run's optimizer is "
+                    f"{base.optimizer!r}"
+                )
+            freeze = max(1, int(base.steps * self.freeze_share))
+            base = base.replace(optimizer="frozen-adamw", freeze_after=freeze)
         return base.replace(out=out, baseline=None, exchange=exchange)
 
 
-def _hook(name: str, label: str, quantizer: str = "terngrad", share: float = 0.0, **kw) -> Method:
+def _hook(name: str, label: str, quantizer: str = "terngrad", share: float = 0.0,
+          freeze: float = 0.0, **kw) -> Method:  # fmt: skip
     options = {k: kw.pop(k) for k in list(kw) if k in Options.__dataclass_fields__}
     return Method(name, label, exchange=Options(quantizer, quantizer_options=kw, **options),
-                  full_precision_share=share)  # fmt: skip
+                  full_precision_share=share, freeze_share=freeze)  # fmt: skip
 
 
 def _levels(family: str, title: str) -> list[Method]:
@@ -124,6 +136,14 @@ METHODS: dict[str, Method] = {
             "terngrad sharded, a scale per 512 elements, after full-precision steps (a fifth)",
             share=0.2,
             bucket_size=512,
+        ),
+        _hook(
+            "terngrad-momentum",
+            "terngrad sharded, a scale per 512 elements, error feedback; AdamW's variance "
+            "frozen after a fifth of the steps, its preconditioned momentum exchanged",
+            freeze=0.2,
+            bucket_size=512,
+            error_feedback=True,
         ),
         *_levels("qsgd", "QSGD"),
         *_levels("linear", "Linear"),

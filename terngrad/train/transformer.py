@@ -14,6 +14,9 @@ real processes, and these methods of :data:`terngrad.train.methods.METHODS`:
 * ``terngrad-fp``: full-precision averaging for the first ``full_precision_steps`` steps (by
   default a fifth of the run, at least 1), then TernGrad — 1-bit Adam's warm-up (Tang et al. 2021);
 * ``terngrad-b512-fp``: both, buckets of 512 after the same warm-up;
+* ``terngrad-momentum``: buckets of 512 with error feedback, and AdamW's variance frozen after a
+  fifth of the steps, its preconditioned momentum exchanged from then on (the whole run in
+  TernGrad: :class:`terngrad.optim.FrozenVarianceAdamW`);
 * ``qsgd-5``, ``orq-5``: QSGD and ORQ with 5 levels in buckets of 512 (their defaults).
 
 Every TernGrad-family run uses the sharded exchange (the hook's default). The result table gives
@@ -46,7 +49,7 @@ LOSS_GAP = 0.02
 #: ... while sending at least this many times fewer bytes per step
 BYTES_FACTOR = 10.0
 METHODS = ("fp32", "fp16", "terngrad", "terngrad-b512", "terngrad-b2048", "terngrad-ef",
-           "terngrad-fp", "terngrad-b512-fp", "qsgd-5", "orq-5")  # fmt: skip
+           "terngrad-fp", "terngrad-b512-fp", "terngrad-momentum", "qsgd-5", "orq-5")  # fmt: skip
 
 
 def protocol(

@@ -70,3 +70,13 @@ def test_the_study_and_the_performance_model_read_the_same_table():
     )
     assert "orq-5" not in perf_model.METHODS  # levels searched per bucket: not modelled
     assert perf_model.method("qsgd") is perf_model.METHODS["qsgd-5"]
+
+
+def test_the_momentum_method_freezes_adamw_after_a_fifth_and_needs_adamw():
+    base = TrainConfig(out="runs/x", model="mlp", optimizer="adamw", steps=100)
+    cfg = methods.get("terngrad-momentum").configure(base, "runs/x/m")
+    assert (cfg.optimizer, cfg.freeze_after) == ("frozen-adamw", 20)
+    assert cfg.exchange.error_feedback and cfg.exchange.quantizer_options["bucket_size"] == 512
+    assert methods.get("terngrad-b512").configure(base, "o").optimizer == "adamw"  # untouched
+    with pytest.raises(ValueError, match="freezes AdamW's variance; this run's optimizer is"):
+        methods.get("terngrad-momentum").configure(base.replace(optimizer="momentum"), "o")
