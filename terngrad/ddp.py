@@ -8,8 +8,8 @@ PyTorch's convention, a ``(state, hook)`` pair; the state may be made before
 
 or in one line, ``state = terngrad.ddp.register(ddp, quantizer="terngrad")``. Then train as
 usual and read ``state.stats.bytes_sent_per_step``; skip ``optimizer.step()`` when
-``state.last_step_skipped``. The options: :class:`Options`. Lightning and accelerate:
-:mod:`terngrad.integrations`.
+``state.last_step_skipped``. The options: :class:`Options`. Lightning, accelerate and the
+Hugging Face Trainer: :mod:`terngrad.integrations`.
 """
 
 from terngrad.comm.errors import CollectiveFailed

@@ -16,13 +16,13 @@ hook: the callback fails at once rather than let it train without terngrad.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from torch import nn
 
 from terngrad.comm.hook import State, check_registrable, hook
 from terngrad.comm.options import Options
+from terngrad.integrations.common import drop_gradients, loss_scaling_refused, warn_one_process
 
 try:  # the unified package, or the standalone one
     from lightning.pytorch import Callback
@@ -62,19 +62,10 @@ class TernGradCallback(Callback):
         if self.state is None:
             self.state = State(options=self._options or Options())
         if getattr(trainer.precision_plugin, "scaler", None) is not None:
-            raise RuntimeError(
-                "terngrad: precision='16-mixed' scales the loss with a GradScaler, which lowers "
-                "its scale only when it sees an Inf gradient; terngrad zeroes a step whose "
-                "gradient is not finite on some rank, so the scaler would never see one. Use "
-                "precision='bf16-mixed' or 32 with terngrad"
-            )
+            raise loss_scaling_refused("precision='16-mixed'", "precision='bf16-mixed' or 32")
         if not isinstance(model, nn.parallel.DistributedDataParallel):
             if trainer.world_size == 1:
-                warnings.warn(
-                    "terngrad: one process, nothing to exchange: the terngrad hook is not used",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
+                warn_one_process()
                 return
             raise RuntimeError(
                 f"terngrad: the {type(strategy).__name__} strategy does not train through "
@@ -96,6 +87,4 @@ class TernGradCallback(Callback):
 
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
         if self.state is not None and self.state.last_step_skipped:  # zeroed everywhere: no-op
-            for group in optimizer.param_groups:
-                for p in group["params"]:
-                    p.grad = None
+            drop_gradients(optimizer)

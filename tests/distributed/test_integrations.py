@@ -1,6 +1,6 @@
 """The documented scripts of docs/integrations.md on 2 gloo ranks under torchrun (plain DDP,
-the (state, hook) pair, Lightning, accelerate), and the loud failures of the framework paths
-that would otherwise drop the hook silently."""
+the (state, hook) pair, Lightning, accelerate, the Hugging Face Trainer), and the loud failures
+of the framework paths that would otherwise drop the hook silently."""
 
 from __future__ import annotations
 
@@ -75,6 +75,14 @@ def test_accelerate_trains_with_the_hook_on_and_gradient_accumulation():
     pytest.importorskip("accelerate")
     out = torchrun("accelerate_terngrad.py", "--steps", "10", "--accumulate", "3")
     assert out["steps"] == 10  # one exchange per optimizer step, not per micro-batch
+    assert out["replicas_identical"]
+    assert out["fp32_ring_bytes_per_step"] >= 10 * out["bytes_sent_per_step"]
+
+
+def test_hf_trainer_trains_with_the_hook_on_from_one_line():
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    out = torchrun("hf_trainer_terngrad.py", "--steps", "6", "--accumulate", "2")
+    assert out["steps"] == 6  # one exchange per optimizer step, not per micro-batch
     assert out["replicas_identical"]
     assert out["fp32_ring_bytes_per_step"] >= 10 * out["bytes_sent_per_step"]
 

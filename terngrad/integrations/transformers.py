@@ -1,0 +1,160 @@
+"""Hugging Face transformers: the terngrad hook on the DDP model a ``Trainer`` trains.
+
+>>> trainer = Trainer(model=model, args=args, train_dataset=data,
+...                   callbacks=[TernGradCallback(quantizer="terngrad")])
+>>> trainer.train()  # torchrun --nproc-per-node 2 train.py
+
+The Trainer wraps the model in DDP inside ``train()`` (``accelerator.prepare``) and hands its
+callbacks the unwrapped model, never the Trainer or ``trainer.model_wrapped``. The callback
+therefore finds the Trainer whose event it serves on the call stack (every event comes from a
+Trainer method) and, at ``on_train_begin`` — after ``prepare``, before the first forward —
+registers the hook on ``trainer.model_wrapped`` through
+:func:`terngrad.integrations.accelerate.register`. Then, at each step:
+
+* ``on_pre_optimizer_step``: a step the hook skipped (a NaN or Inf gradient on some rank,
+  zeroed on every rank) has its gradients dropped, so ``optimizer.step()`` is a no-op on
+  every rank (the learning-rate schedule still advances, as it does for every step);
+* ``on_log``: ``terngrad/bytes_sent_per_step``, ``terngrad/fp32_bytes_per_step`` (what
+  DDP's fp32 ring all-reduce would send), ``terngrad/compression`` (their ratio) and
+  ``terngrad/skipped_steps`` join the Trainer's logs, ``trainer.state.log_history`` and every
+  ``report_to`` integration (the callback moves itself to the front of the Trainer's
+  callbacks, so that the reporters see what it adds).
+
+Loud, not silent: DeepSpeed, FSDP and loss scaling (``fp16=True``) are refused when the Trainer
+is made (``on_init_end``; at ``on_train_begin`` for a callback added later), as is a run of
+several processes whose model the Trainer did not wrap in torch's DDP; one process warns and
+trains without the hook.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from torch import nn
+from transformers import Trainer, TrainerCallback
+
+from terngrad.comm.hook import State
+from terngrad.comm.options import Options
+from terngrad.comm.traffic import ring_bytes
+from terngrad.integrations import accelerate
+from terngrad.integrations.common import drop_gradients, loss_scaling_refused, warn_one_process
+
+__all__ = ["TernGradCallback"]
+
+
+class TernGradCallback(TrainerCallback):
+    """Trains a ``transformers.Trainer``'s DDP model with the terngrad hook:
+    ``Trainer(..., callbacks=[TernGradCallback()])``.
+
+    ``quantizer``, ``topology`` and any other setting as for :func:`terngrad.ddp.register`
+    (an :class:`~terngrad.ddp.Options` field or a quantizer option); they are checked here,
+    before any process group or collective. :attr:`state` is the hook's state once training
+    has started (``state.stats`` for the bytes).
+    """
+
+    def __init__(self, quantizer: str = "terngrad", topology: str = "sharded",
+                 **settings: Any) -> None:  # fmt: skip
+        self.options = Options.of(quantizer, topology, **settings)
+        #: the hook's state, made when training starts (``None`` before, or in one process)
+        self.state: State | None = None
+        self._fp32_bytes = 0
+
+    def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """At ``Trainer(...)``: refuse what the callback cannot serve, before any collective;
+        go first among the callbacks."""
+        trainer = _calling_trainer()
+        _refuse_unservable(trainer)
+        _go_first(trainer, self)
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """After the Trainer wrapped the model in DDP, before its first forward: register."""
+        trainer = _calling_trainer()
+        _refuse_unservable(trainer)
+        _go_first(trainer, self)
+        wrapped = trainer.model_wrapped
+        ddp = getattr(wrapped, "_orig_mod", wrapped)  # torch.compile's wrapper around DDP
+        hooks = getattr(ddp, "_comm_hooks", ())  # DDP's (hook, state) pairs
+        if self.state is not None and any(s is self.state for _, s in hooks):
+            return  # a later train() on the same DDP model: the hook is on already
+        world = trainer.accelerator.num_processes
+        if world == 1:
+            warn_one_process()
+            return
+        if not isinstance(ddp, nn.parallel.DistributedDataParallel):
+            raise RuntimeError(
+                f"terngrad: the Trainer trains a {type(wrapped).__name__}, not torch's "
+                f"DistributedDataParallel ({world} processes, distributed type "
+                f"{trainer.accelerator.distributed_type}), so there is no communication hook to "
+                "put terngrad on: train without tp_plan/parallelism_config/DataParallel, one "
+                "process per device (torchrun or accelerate launch)"
+            )
+        self.state = accelerate.register(trainer.accelerator, wrapped, options=self.options)
+        numel = sum(p.numel() for p in ddp.module.parameters() if p.requires_grad)
+        self._fp32_bytes = ring_bytes(4 * numel, world)
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any,
+                              optimizer: Any = None, **kwargs: Any) -> None:  # fmt: skip
+        """A step the hook skipped: drop its (zeroed) gradients, so the step changes nothing."""
+        if self.state is not None and self.state.last_step_skipped:
+            drop_gradients(optimizer)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
+               **kwargs: Any) -> None:  # fmt: skip
+        """terngrad's bytes in the Trainer's logs (and in the entry ``log`` just appended to
+        ``state.log_history``)."""
+        if self.state is None or logs is None:
+            return
+        stats = self.state.stats
+        sent = stats.bytes_sent_per_step
+        ours = {
+            "terngrad/bytes_sent_per_step": sent,
+            "terngrad/fp32_bytes_per_step": float(self._fp32_bytes),
+            "terngrad/compression": self._fp32_bytes / sent if sent else 0.0,
+            "terngrad/skipped_steps": float(stats.skipped_steps),
+        }
+        logs.update(ours)
+        if state.log_history and state.log_history[-1].get("step") == state.global_step:
+            state.log_history[-1].update(ours)  # Trainer.log appended a copy before on_log
+
+
+def _calling_trainer() -> Trainer:
+    """The Trainer whose callback event is running. Callbacks are handed the unwrapped model,
+    not the Trainer nor its DDP wrapper; every event is called by a Trainer method (through
+    its CallbackHandler), so the Trainer is the ``self`` of a frame further up the stack."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if issubclass(type(owner), Trainer):  # type(): no proxy is asked for its __class__
+            return owner
+        frame = frame.f_back
+    raise RuntimeError(
+        "terngrad: TernGradCallback serves a transformers.Trainer and none is running here: "
+        "pass it to Trainer(..., callbacks=[TernGradCallback()])"
+    )
+
+
+def _refuse_unservable(trainer: Trainer) -> None:
+    """Raise for a Trainer that reduces gradients without DDP or scales the loss."""
+    for engine, used, argument in (
+        ("DeepSpeed", trainer.is_deepspeed_enabled, "deepspeed"),
+        ("FSDP", trainer.is_fsdp_enabled or trainer.is_fsdp_xla_enabled, "fsdp"),
+    ):
+        if used:
+            raise RuntimeError(
+                f"terngrad: this Trainer runs {engine}, which reduces the gradients itself and "
+                "takes no DDP communication hook, so it would train without terngrad: leave "
+                f"TrainingArguments({argument}=...) out (the Trainer then trains through DDP) "
+                "or leave TernGradCallback out"
+            )
+    if getattr(trainer.accelerator, "scaler", None) is not None:
+        raise loss_scaling_refused("TrainingArguments(fp16=True)", "bf16=True or fp32")
+
+
+def _go_first(trainer: Trainer, callback: TrainerCallback) -> None:
+    """Put ``callback`` first among the Trainer's callbacks, so that the ``report_to``
+    integrations (added before the user's callbacks) log what its ``on_log`` adds. The list
+    is replaced, not changed in place: the event running now iterates over the old one."""
+    handler = trainer.callback_handler
+    if handler.callbacks and handler.callbacks[0] is not callback:
+        handler.callbacks = [callback, *(c for c in handler.callbacks if c is not callback)]

@@ -1,0 +1,110 @@
+"""The Hugging Face Trainer with ``TernGradCallback()`` and nothing else: the real Trainer on 2
+gloo ranks (bytes, identical replicas, a NaN on one rank skipping the step everywhere, a second
+``train()``, the logs), and the one-line refusals of what the callback cannot serve."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip(
+    "transformers", reason="transformers is not installed: pip install 'terngrad[transformers]'"
+)
+
+import hf_workers as w
+from accelerate import Accelerator
+from ranks import run
+from transformers import Trainer
+
+from terngrad.integrations.transformers import TernGradCallback
+
+
+def test_the_trainer_trains_with_the_hook_on_and_a_nan_skips_the_step_everywhere():
+    ranks = run(w.train_with_a_nan, 2, 3)
+    for r in ranks:
+        stats = r["stats"]
+        assert stats.steps == 6  # one exchange per optimizer step, not per micro-batch
+        assert stats.skipped_steps == 1
+        fp32 = 4 * r["numel"]  # what DDP's fp32 ring all-reduce sends per step on 2 ranks
+        assert fp32 >= 10 * stats.bytes_sent_per_step, (fp32, stats.bytes_sent_per_step)
+        after = r["checksum_after"]
+        assert after[2] == after[3] != after[4]  # step 3 (NaN on rank 1) changed nothing
+        assert r["adam_steps"] == {5}  # nor AdamW's moments: the step was not taken
+        assert any("had a NaN or Inf gradient" in m for m in r["warnings"])
+        logs = r["logs"]  # logging_steps=1: every step's log and the final metrics
+        assert len(logs) == 7 and logs[-1]["terngrad/skipped_steps"] == 1
+        assert [e["terngrad/skipped_steps"] for e in logs[:3]] == [0, 0, 1]
+        assert all(e["terngrad/fp32_bytes_per_step"] == fp32 for e in logs)
+        assert all(e["terngrad/compression"] >= 10 for e in logs)
+        assert r["first_in_line"]  # so that report_to integrations see its keys
+        assert r["second_train_kept_the_hook"]
+        assert "already has a communication hook" in r["refused"]  # a second callback
+    assert ranks[0]["checksum_after"] == ranks[1]["checksum_after"]  # identical replicas
+    assert ranks[0]["final"] == ranks[1]["final"]
+
+
+def _trainer(tmp_path, tweak=lambda trainer: None, callback=None) -> Trainer:
+    """A one-process Trainer with ``callback`` (a TernGradCallback by default), ``tweak``
+    applied to it as its accelerator is made (before the callbacks' ``on_init_end``)."""
+
+    class Tweaked(Trainer):
+        def create_accelerator_and_postprocess(self):
+            super().create_accelerator_and_postprocess()
+            tweak(self)
+
+        def fire(self, event: str):  # a callback event, from a Trainer method as in train()
+            return getattr(self.callback_handler, event)(self.args, self.state, self.control)
+
+    return Tweaked(
+        model=w.tiny_gpt2(), args=w.training_args(str(tmp_path), max_steps=1),
+        train_dataset=w.toy_data(16), callbacks=[callback or TernGradCallback()],
+    )  # fmt: skip
+
+
+def _one_line(exc: pytest.ExceptionInfo) -> str:
+    assert "\n" not in str(exc.value)
+    return str(exc.value)
+
+
+def test_bad_settings_are_refused_when_the_callback_is_made():
+    with pytest.raises(ValueError) as exc:
+        TernGradCallback(quantizer="ternary")
+    assert "ternary" in _one_line(exc)
+
+
+@pytest.mark.parametrize(
+    ("tweak", "expected"),
+    [
+        (lambda t: setattr(t, "is_deepspeed_enabled", True), "runs DeepSpeed"),
+        (lambda t: setattr(t, "is_fsdp_enabled", True), "runs FSDP"),
+        (lambda t: setattr(t.accelerator, "scaler", object()), "GradScaler"),
+    ],
+    ids=["deepspeed", "fsdp", "fp16-loss-scaling"],
+)
+def test_what_the_callback_cannot_serve_is_refused_when_the_trainer_is_made(
+    tmp_path, tweak, expected
+):
+    with pytest.raises(RuntimeError) as exc:
+        _trainer(tmp_path, tweak)
+    assert expected in _one_line(exc)
+
+
+def test_several_processes_without_ddp_are_refused(tmp_path, monkeypatch):
+    trainer = _trainer(tmp_path)
+    monkeypatch.setattr(Accelerator, "num_processes", property(lambda self: 2))
+    with pytest.raises(RuntimeError) as exc:
+        trainer.fire("on_train_begin")  # the model is not wrapped in DDP
+    assert "not torch's DistributedDataParallel" in _one_line(exc)
+
+
+def test_one_process_warns_and_trains_without_the_hook(tmp_path):
+    callback = TernGradCallback()
+    trainer = _trainer(tmp_path, callback=callback)
+    with pytest.warns(RuntimeWarning, match="one process"):
+        trainer.train()
+    assert callback.state is None and trainer.state.global_step == 1
+
+
+def test_the_callback_outside_a_trainer_says_where_it_belongs():
+    with pytest.raises(RuntimeError) as exc:
+        TernGradCallback().on_train_begin(None, None, None)
+    assert "callbacks=[TernGradCallback()]" in _one_line(exc)
