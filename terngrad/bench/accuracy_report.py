@@ -131,7 +131,7 @@ def _mean_sd(values: Sequence[float]) -> tuple[float | None, float | None]:
 def method_row(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """A method over its seeds' runs: the mean (and sample sd) of the steps and seconds to
     target over the runs that reached it, ``reached`` only if every run did; the mean of the
-    rest."""
+    rest (accuracies, training seconds, seconds a step, bytes)."""
     hit = [r["reached"] for r in runs if r["reached"]]
     steps, steps_sd = _mean_sd([h["step"] for h in hit])
     seconds, seconds_sd = _mean_sd([h["train_seconds"] for h in hit])
@@ -146,6 +146,7 @@ def method_row(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         "seconds_to_target_sd": seconds_sd,
         "final_accuracy": statistics.fmean(r["final_accuracy"] for r in runs),
         "best_accuracy": statistics.fmean(r["best_accuracy"] for r in runs),
+        "train_seconds": statistics.fmean(r["train_seconds"] for r in runs),
         "step_seconds": statistics.fmean(r["step_seconds"] for r in runs),
         "wire_bytes_per_step": _mean_or_none([r["wire_bytes_per_step"] for r in runs]),
         "hook_bytes_per_step": _mean_or_none([r["hook_bytes_per_step"] for r in runs]),

@@ -257,9 +257,13 @@ def measure(
             "batch_size": batch_size or BATCH.get(model, 32), "timeout": timeout}  # fmt: skip
     with tempfile.TemporaryDirectory() as folder:
         result = os.path.join(folder, "ranks.json")
+        # forkserver, as the trainer: a rank leaves through os._exit once its function has
+        # returned, never through the interpreter's teardown, where torch 2.13 + gloo
+        # sometimes aborts ("terminate called without an active exception")
         torch.multiprocessing.start_processes(
-            _rank, args=(workers, _port(), args, result), nprocs=workers, start_method="spawn"
-        )
+            _rank, args=(workers, _port(), args, result), nprocs=workers,
+            start_method="forkserver",
+        )  # fmt: skip
         raw = json.loads(Path(result).read_text())
     return summarise(raw, args)
 

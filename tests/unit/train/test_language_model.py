@@ -180,7 +180,7 @@ def test_the_transformer_plan_runs_every_method_on_one_protocol():
     )
     assert (base.warmup_steps, base.eval_every, base.weight_decay) == (10, 10, 0.1)
     runs = tf.TransformerComparison(base, seeds=2).plan()
-    assert [r.method for r in runs[::2]] == list(tf.METHODS) and len(runs) == 20
+    assert [r.method for r in runs[::2]] == list(tf.METHODS) and len(runs) == 2 * len(tf.METHODS)
     by = {(r.method, r.tags["seed"]): r.config for r in runs}
     assert by["fp32", 0].baseline == "fp32" and by["fp16", 1].baseline == "fp16"
     assert by["terngrad", 0].exchange == Options()  # the hook's defaults
@@ -192,6 +192,9 @@ def test_the_transformer_plan_runs_every_method_on_one_protocol():
     assert by["terngrad-fp", 0].exchange.full_precision_steps == 20  # a fifth of the steps
     both = by["terngrad-b512-fp", 0].exchange
     assert both == by["terngrad-b512", 0].exchange.replace(full_precision_steps=20)
+    momentum = by["terngrad-momentum", 0]
+    assert (momentum.optimizer, momentum.freeze_after) == ("frozen-adamw", 20)
+    assert momentum.exchange.error_feedback
     assert by["qsgd-5", 0].exchange.quantizer == "qsgd"
     assert by["orq-5", 0].exchange.quantizer == "orq"
     assert by["orq-5", 0].out.endswith("orq-5-s0") and by["orq-5", 1].out.endswith("orq-5-s1")
