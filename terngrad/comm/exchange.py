@@ -49,7 +49,7 @@ import torch.distributed as dist
 from terngrad import quantize
 from terngrad.comm.coherent import CoherentStep, bucket_shard_bounds
 from terngrad.comm.errors import ExchangeMismatch
-from terngrad.comm.grid_step import GridStep
+from terngrad.comm.grid_step import GridStep, share_scales
 from terngrad.comm.link import Link
 from terngrad.kernels import Kernels, Streams, resolve
 from terngrad.quantize import Encoded, Layout, LevelQuantizer, Quantizer, SymmetricGrid
@@ -138,7 +138,7 @@ class Exchange(ABC):
         q = self.quantizer
         if isinstance(q, SymmetricGrid):
             grid = self.kernels.grid_prepare(q, flat, layout)
-            shared = self._share_scales(grid.local)
+            shared = share_scales(self.link, grid.local)
             if shared is None:
                 return Result(None, None)
             if draws is None:
@@ -186,17 +186,6 @@ class Exchange(ABC):
         ends with the same mean; return it."""
 
     # --- helpers shared by the topologies
-
-    def _share_scales(self, local: torch.Tensor) -> torch.Tensor | None:
-        """Scalar sharing: the MAX over ranks of each bucket's ``local`` scale; ``None`` if some
-        rank's gradient is not finite (its scale then is not). A flag travels with the scales,
-        because a MAX reduction need not propagate NaN (max(1, NaN) may be 1)."""
-        finite = torch.isfinite(local)
-        flag = (~finite).any().to(local.dtype).reshape(1)
-        shared = self.link.all_reduce(
-            torch.cat([local.where(finite, 0.0), flag]), dist.ReduceOp.MAX
-        )
-        return shared[:-1] if float(shared[-1]) == 0.0 else None
 
     def _all_finite(self, flat: torch.Tensor) -> bool:
         """True if every rank's gradient is finite (one all-reduce of a flag)."""

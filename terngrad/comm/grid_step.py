@@ -1,5 +1,6 @@
-"""One rank's gradient on the shared grid for one step (:class:`GridStep`): its digits packed
-into frames of any range, frames of summed digits added, and sums decoded into the mean.
+"""One rank's gradient on the shared grid for one step: the scales shared by all ranks
+(:func:`share_scales`), then (:class:`GridStep`) its digits packed into frames of any range,
+frames of summed digits added, and sums decoded into the mean.
 
 The per-element work runs on a :mod:`terngrad.kernels` backend; the frames are those of
 :mod:`terngrad.wire.sums`.
@@ -10,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from terngrad.comm.errors import ExchangeMismatch
+from terngrad.comm.link import Link
 from terngrad.kernels import GridInput, Kernels, Streams
 from terngrad.quantize import SymmetricGrid
 from terngrad.wire import codes_codec, codes_header, new_frame, read_frame, seal_frame
@@ -29,6 +32,17 @@ def read_codes(frame: torch.Tensor, method_id: int, numel: int, count: int, m: i
             f"{levels}: the ranks disagree on the model, the bucket layout or the quantizer"
         )
     return payload
+
+
+def share_scales(link: Link, local: torch.Tensor) -> torch.Tensor | None:
+    """Scalar sharing (the TernGrad paper's Sec. 3.2): the MAX over the ranks of ``link`` of
+    each bucket's ``local`` scale, so that every rank rounds onto the same grid; ``None`` if
+    some rank's gradient is not finite (its scale then is not). A flag travels with the
+    scales, because a MAX reduction need not propagate NaN (max(1, NaN) may be 1)."""
+    finite = torch.isfinite(local)
+    flag = (~finite).any().to(local.dtype).reshape(1)
+    shared = link.all_reduce(torch.cat([local.where(finite, 0.0), flag]), dist.ReduceOp.MAX)
+    return shared[:-1] if float(shared[-1]) == 0.0 else None
 
 
 @dataclass(frozen=True)

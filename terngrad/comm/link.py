@@ -7,6 +7,7 @@ collective needs at this rank (N ranks):
 collective          sent by this rank                      received by this rank
 ==================  =====================================  =====================================
 all-reduce (ring)   2 (N-1)/N x tensor bytes               2 (N-1)/N x tensor bytes
+reduce-scatter      (N-1)/N x input bytes                  (N-1)/N x input bytes
 all-to-all          the chunks addressed to other ranks    the chunks from other ranks
 all-gather          (N-1) x its chunk (padded to the max)  (N-1) x the padded chunk size
 gather to root      its chunk (root: nothing)              nothing (root: the N-1 other chunks)
@@ -91,6 +92,17 @@ class Link:
             return tensor
 
         return wait
+
+    def reduce_scatter(
+        self, output: torch.Tensor, tensor: torch.Tensor, op: dist.ReduceOp = dist.ReduceOp.SUM
+    ) -> torch.Tensor:
+        """Reduce ``tensor`` (``N x output.numel()`` elements) over the ranks and give rank k
+        its k-th part, in ``output``; returns ``output``."""
+        ring = (self.size - 1) * _nbytes(tensor) // self.size
+        self.counter.add(ring, ring)
+        with self.counter.timed():
+            dist.reduce_scatter_tensor(output, tensor, op=op, group=self.group)
+        return output
 
     def all_to_all(self, chunks: list[torch.Tensor], recv_sizes: list[int]) -> list[torch.Tensor]:
         """Send ``chunks[j]`` (uint8) to rank j; receive ``recv_sizes[j]`` bytes from rank j."""

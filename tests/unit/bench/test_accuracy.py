@@ -87,7 +87,8 @@ def _run(method, seed, step, seconds):
     reached = None if step is None else {"step": step, "train_seconds": seconds, "seconds": 1.0}
     return {"method": method, "seed": seed, "label": method, "reached": reached,
             "final_accuracy": 0.98, "best_accuracy": 0.99, "step_seconds": 0.1,
-            "wire_bytes_per_step": None, "hook_bytes_per_step": 100.0, "curve": []}  # fmt: skip
+            "train_seconds": 30.0 + seed, "wire_bytes_per_step": None,
+            "hook_bytes_per_step": 100.0, "curve": []}  # fmt: skip
 
 
 def test_a_method_over_its_seeds():
@@ -96,6 +97,7 @@ def test_a_method_over_its_seeds():
     assert row["reached"] == {"step": 200, "train_seconds": 20.0} and row["reached_runs"] == 3
     assert row["steps_to_target_sd"] == pytest.approx(100.0)
     assert row["seeds"] == [0, 1, 2] and row["hook_bytes_per_step"] == 100.0
+    assert row["train_seconds"] == 31.0  # the mean of the runs' whole training
     partly = accuracy_report.method_row(
         "fp32", [_run("fp32", 0, 100, 9.0), _run("fp32", 1, None, 0)]
     )
