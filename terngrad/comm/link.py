@@ -101,7 +101,7 @@ class Link:
         ring = (self.size - 1) * _nbytes(tensor) // self.size
         self.counter.add(ring, ring)
         with self.counter.timed():
-            dist.reduce_scatter_tensor(output, tensor, op=op, group=self.group)
+            dist.reduce_scatter_single(output, tensor, op=op, group=self.group)
         return output
 
     def all_to_all(self, chunks: list[torch.Tensor], recv_sizes: list[int]) -> list[torch.Tensor]:

@@ -1,5 +1,5 @@
 """The documented scripts of docs/integrations.md on 2 gloo ranks under torchrun (plain DDP,
-the (state, hook) pair, Lightning, accelerate, the Hugging Face Trainer), and the loud failures
+the (state, hook) pair, Lightning, accelerate, the Hugging Face Trainer, FSDP2), and the loud failures
 of the framework paths that would otherwise drop the hook silently."""
 
 from __future__ import annotations
@@ -85,6 +85,19 @@ def test_hf_trainer_trains_with_the_hook_on_from_one_line():
     assert out["steps"] == 6  # one exchange per optimizer step, not per micro-batch
     assert out["replicas_identical"]
     assert out["fp32_ring_bytes_per_step"] >= 10 * out["bytes_sent_per_step"]
+
+
+def test_fsdp2_trains_with_terngrad_as_its_reduce_scatter_from_one_line():
+    args = ("--toy", "--steps", "8", "--eval-every", "4")
+    tern = torchrun("fsdp_terngrad.py", *args)
+    plain = torchrun("fsdp_terngrad.py", *args, "--reduce-scatter", "fsdp")
+    assert tern["replicas_identical"] and plain["replicas_identical"]
+    # the same gradients reduced: FSDP's own fp32 reduce-scatter is what terngrad compares with
+    assert tern["fp32_bytes_per_step"] == plain["reduce_scatter_bytes_per_step"]
+    # the toy GPT's head (64 x 61) stays fp32, so a little under TernGrad's 20x on the rest
+    assert tern["fp32_bytes_per_step"] >= 9 * tern["reduce_scatter_bytes_per_step"]
+    first, last = (c["validation_loss"] for c in (tern["curve"][0], tern["curve"][-1]))
+    assert last < first
 
 
 def test_plain_ddp_example_runs():

@@ -19,6 +19,7 @@ LAYER_OF = {
     **{name: i for i, name in enumerate(LAYERS)},
     "integrations": LAYERS.index("ddp"),
     "optim": LAYERS.index("ddp"),
+    "fsdp": LAYERS.index("ddp"),
 }
 
 
