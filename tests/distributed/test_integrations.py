@@ -1,6 +1,6 @@
 """The documented scripts of docs/integrations.md on 2 gloo ranks under torchrun (plain DDP,
-the (state, hook) pair, Lightning, accelerate, the Hugging Face Trainer, FSDP2), and the loud failures
-of the framework paths that would otherwise drop the hook silently."""
+the (state, hook) pair, Lightning, accelerate, the Hugging Face Trainer, FSDP2), and the loud
+failures of the framework paths that would otherwise drop the hook silently."""
 
 from __future__ import annotations
 
