@@ -242,7 +242,8 @@ class State:
         if spans.kept_out.numel():
             kept = input.new_empty(spans.kept_out.numel())
             self.link.reduce_scatter(kept, input[spans.kept_in].contiguous(), dist.ReduceOp.AVG)
-        flat = input[spans.quantized_in].float()
+        whole = kept is None  # every element on the grid: no gather, no scatter
+        flat = input.float() if whole else input[spans.quantized_in].float()
         name, sizes = (f"fsdp-group-{index}",), (flat.numel(),)
         if self.memory is not None:
             flat = self.memory.compensate(name, sizes, flat)
@@ -259,7 +260,10 @@ class State:
         if self.memory is not None:
             self.memory.update(name, sizes, flat, own)
             self.memory.commit()
-        output[spans.quantized_out] = shard.to(output.dtype)
+        if whole:
+            output.copy_(shard)
+        else:
+            output[spans.quantized_out] = shard.to(output.dtype)
         if kept is not None:
             output[spans.kept_out] = kept
         return True
