@@ -69,6 +69,12 @@ def add(sub: argparse._SubParsersAction) -> None:
 
     e = experiments.add_parser("transformer", help="TernGrad on a GPT with AdamW")
     _common(e, "runs/reproduce-transformer", "1000")
+    e.add_argument(
+        "--model",
+        choices=tf.MODELS,
+        default="gpt",
+        help="gpt (d = 256, 3.3M parameters) or gpt-small (d = 128, 0.8M) (gpt)",
+    )
     e.add_argument("--seeds", type=positive_int, default=1, help="seeds of every method (1)")
     add_methods(e, tf.METHODS)
     e.add_argument(
@@ -131,7 +137,9 @@ def transformer(args: argparse.Namespace) -> int:
     from terngrad.train import transformer as tf
 
     out = args.out or "runs/reproduce-transformer"
-    base = tf.protocol(out, args.data_dir, args.workers, args.steps or 1000, args.eval_every)
+    base = tf.protocol(
+        out, args.data_dir, args.workers, args.steps or 1000, args.eval_every, model=args.model
+    )
     experiment = tf.TransformerComparison(
         base, tuple(args.methods), args.seeds, args.full_precision_steps
     )

@@ -52,15 +52,24 @@ METHODS = ("fp32", "fp16", "terngrad", "terngrad-b512", "terngrad-b2048", "terng
            "terngrad-fp", "terngrad-b512-fp", "terngrad-momentum", "qsgd-5", "orq-5")  # fmt: skip
 
 
+#: the language models the comparison runs
+MODELS = ("gpt", "gpt-small")
+
+
 def protocol(
     out: str, data_dir: str | None = None, workers: int = 4, steps: int = 1000,
-    eval_every: int | None = None, batch_size: int = 16, lr: float = 1e-3,
+    eval_every: int | None = None, batch_size: int = 16, lr: float = 1e-3, model: str = "gpt",
 ) -> TrainConfig:  # fmt: skip
-    """The training settings every method shares: the GPT on pydoc, AdamW (lr 1e-3, weight
-    decay 0.1 on matrices and embeddings), warm-up over a tenth of the steps, cosine decay,
-    ``batch_size`` windows of 128 characters per worker."""
+    """The training settings every method shares: the GPT (``model``: ``gpt``, or ``gpt-small``
+    at half the width) on pydoc, AdamW (lr 1e-3, weight decay 0.1 on matrices and embeddings),
+    warm-up over a tenth of the steps, cosine decay, ``batch_size`` windows of 128 characters
+    per worker."""
+    if model not in MODELS:
+        raise ValueError(
+            f"the transformer comparison runs one of {', '.join(MODELS)}, not {model!r}"
+        )
     return TrainConfig(
-        out=out, model="gpt", dataset="pydoc", data_dir=data_dir, workers=workers,
+        out=out, model=model, dataset="pydoc", data_dir=data_dir, workers=workers,
         optimizer="adamw", lr=lr, weight_decay=0.1, lr_schedule="cosine",
         warmup_steps=max(1, steps // 10), batch_size=batch_size, steps=steps,
         eval_every=eval_every or max(1, steps // 10), keep_checkpoints=1, progress=False,

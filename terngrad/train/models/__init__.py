@@ -29,12 +29,12 @@ from torch import nn
 
 from terngrad.train.models.base import Model
 from terngrad.train.models.cnn import MLP, VGGA, AlexNet, CifarNet, GoogLeNet, Inception, LeNet
-from terngrad.train.models.gpt import GPT
+from terngrad.train.models.gpt import GPT, GPTSmall
 
 # --------------------------------------------------------------------------- the registry
 
 _MODELS: dict[str, type[Model]] = {
-    cls.name: cls for cls in (LeNet, CifarNet, AlexNet, VGGA, GoogLeNet, MLP, GPT)
+    cls.name: cls for cls in (LeNet, CifarNet, AlexNet, VGGA, GoogLeNet, MLP, GPT, GPTSmall)
 }
 
 

@@ -158,6 +158,7 @@ def test_model_scale_refuses_infinite_speeds(capsys):
         (["reproduce", "lenet", "--seeds", "2"], "unrecognized arguments: --seeds"),
         (["reproduce", "orq", "--full-precision-steps", "5"], "unrecognized arguments"),
         (["reproduce", "transformer", "--no-algorithm2"], "unrecognized arguments"),
+        (["reproduce", "transformer", "--model", "lenet"], "invalid choice: 'lenet'"),
         (["reproduce", "orq", "--methods", "orq-5", "orq-5"], "methods given twice: orq-5"),
     ],
 )

@@ -90,6 +90,18 @@ def test_pythons_documentation_is_the_default_corpus():
     assert ds.test_size == text.VALIDATION_WINDOWS
 
 
+def test_the_small_gpt_is_the_gpt_at_half_the_width():
+    small, full = models.build("gpt-small", (CONTEXT,), 50), models.build("gpt", (CONTEXT,), 50)
+    assert (small.token.embedding_dim, len(small.blocks)) == (128, 4)
+    assert [type(m) for m in small.modules()][1:] == [type(m) for m in full.modules()][1:]
+    assert (
+        0.2
+        < sum(p.numel() for p in small.parameters()) / sum(p.numel() for p in full.parameters())
+        < 0.3
+    )
+    assert models.is_language_model("gpt-small")
+
+
 def test_gpt_is_causal_and_ends_in_its_head():
     torch.manual_seed(0)
     net = models.build("gpt", (CONTEXT,), 50).eval()
@@ -171,6 +183,9 @@ def test_models_and_data_sets_must_match(model, dataset, message):
 def test_the_transformer_plan_runs_every_method_on_one_protocol():
     from terngrad.train import transformer as tf
 
+    assert tf.protocol("out", model="gpt-small").model == "gpt-small"
+    with pytest.raises(ValueError, match="runs one of gpt, gpt-small, not 'lenet'"):
+        tf.protocol("out", model="lenet")
     base = tf.protocol("out", steps=100)
     assert (base.model, base.dataset, base.optimizer, base.lr_schedule) == (
         "gpt",

@@ -52,8 +52,9 @@ def _check_forward(model, shape, batch):
 
 
 def test_names_and_default_shapes():
-    assert models.names() == ["lenet", "cifarnet", "alexnet", "vgg-a", "googlenet", "mlp", "gpt"]
-    assert models.names()[:-1] == IMAGE_MODELS
+    assert models.names() == ["lenet", "cifarnet", "alexnet", "vgg-a", "googlenet", "mlp", "gpt",
+                              "gpt-small"]  # fmt: skip
+    assert models.names()[:-2] == IMAGE_MODELS
     assert {name: models.default_input_shape(name) for name in models.names()} == {
         "lenet": (1, 28, 28),
         "cifarnet": (3, 24, 24),
@@ -62,6 +63,7 @@ def test_names_and_default_shapes():
         "googlenet": (3, 224, 224),
         "mlp": (1, 28, 28),
         "gpt": (128,),
+        "gpt-small": (128,),
     }
 
 
