@@ -121,18 +121,21 @@ def markdown(sweep: dict[str, Any]) -> str:
     )
 
 
-def plot(sweep: dict[str, Any], path: Path) -> None:
+def plot(sweep: dict[str, Any], path: Path) -> dict[str, list[float]]:
     """Seconds to target against the link's rate (left) and against comm / compute (right),
-    a line per method with the seeds' spread; 'unlimited' drawn right of the fastest rate."""
+    a line per method with the seeds' spread, from the slowest link to the fastest whatever
+    the order swept; 'unlimited' drawn right of the fastest rate, the ticks at the rates swept.
+    Returns each method's rates as drawn, in order."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    points = sweep["points"]
-    rates = [p["mbit_per_s"] for p in points if p["mbit_per_s"]]
+    rates = [p["mbit_per_s"] for p in sweep["points"] if p["mbit_per_s"]]
     free = 4 * max(rates) if rates else 1e4  # where 'unlimited' is drawn
+    points = sorted(sweep["points"], key=lambda p: p["mbit_per_s"] or free)
     fig, (by_rate, by_ratio) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    drawn: dict[str, list[float]] = {}
     for name in points[0]["methods"]:
         xs, ratios, ys, errs = [], [], [], []
         for p in points:
@@ -145,6 +148,7 @@ def plot(sweep: dict[str, Any], path: Path) -> None:
             errs.append(m["seconds_to_target_sd"] or 0.0)
         if not ys:
             continue
+        drawn[name] = xs
         bars = by_rate.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=name)
         kept = [(r, y, e) for r, y, e in zip(ratios, ys, errs, strict=True) if r]
         if kept:
@@ -157,6 +161,7 @@ def plot(sweep: dict[str, Any], path: Path) -> None:
     if rates:
         known = sorted(set(rates))
         by_rate.set_xticks([*known, free], [*(f"{t:g}" for t in known), "unlimited"])
+        by_rate.set_xticks([], minor=True)  # no log-scale labels between the rates swept
     by_rate.set_xlabel("link rate (Mbit/s)")
     by_ratio.set_xlabel("fp32 all-reduce time / compute time of a step")
     by_rate.set_ylabel(f"training seconds to {100 * sweep['target']:g}%")
@@ -172,6 +177,7 @@ def plot(sweep: dict[str, Any], path: Path) -> None:
         atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))
     finally:
         plt.close(fig)
+    return drawn
 
 
 def write(out: Path, results: list[dict[str, Any]]) -> str:

@@ -131,6 +131,13 @@ def test_the_sweep_sets_every_bandwidth_side_by_side(tmp_path):
     text = sweep.write(tmp_path, [results("25mbit", 800.0, 100.0), results("unlimited", 50, 60)])
     assert "| 25mbit | 8.28 | 800 ± 1 s (1.00x / -) | 100 ± 1 s (8.00x / -) |" in text
     assert (tmp_path / "sweep.png").stat().st_size > 10_000
+    # swept fast link first: the lines still run from the slowest link to 'unlimited'
+    out_of_order = sweep.summarise(
+        [results("100mbit", 200.0, 70.0), results("25mbit", 800.0, 100.0),
+         results("unlimited", 50.0, 60.0)]
+    )  # fmt: skip
+    drawn = sweep.plot(out_of_order, tmp_path / "again.png")
+    assert drawn == {"fp32": [25.0, 100.0, 400.0], "terngrad": [25.0, 100.0, 400.0]}
     plan = accuracy.AccuracyComparison(accuracy_base(tmp_path), ("fp32",), "1gbit", 0.9)
     assert [p.base.out for p in sweep.comparisons(plan, ["1gbit", "25mbit"])] == [
         str(tmp_path / "1gbit"), str(tmp_path / "25mbit"),
