@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -101,3 +102,28 @@ def gone(pid: int, seconds: float = 10) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.1)
+
+
+def kill_group(pgid: int, seconds: float = 30) -> None:
+    """SIGKILL every process of group ``pgid`` (a launcher started with
+    ``start_new_session=True``, its fork server and its workers) and return once none is left
+    running: a killed worker holds the folder's lock until it has exited, a moment after the
+    signal (zombies have let go of it)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + seconds
+    while True:
+        alive = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+                alive.append(stat.parent.name)
+        if not alive:
+            return
+        assert time.monotonic() < deadline, f"processes {alive} outlived SIGKILL"
+        time.sleep(0.05)

@@ -12,6 +12,7 @@ import pytest
 import torch
 from support import MLP_RUN as RUN
 from support import gone as _gone
+from support import kill_group
 from support import refused as _refused
 from support import workers_of as _workers
 
@@ -41,7 +42,7 @@ def test_sigkilled_run_resumes_bitwise_identical(tmp_path):
         assert proc.poll() is None, "the run ended before it could be killed"
         assert time.monotonic() < deadline, "no checkpoint within 300 s"
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every worker, at once
+    kill_group(proc.pid)  # the launcher and every worker, at once; returns when all are gone
     proc.wait()
     at_kill = checkpoints.steps(killed)
     assert 6 <= at_kill[-1] < 18

@@ -4,13 +4,13 @@ histories never overwritten or mixed."""
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 
 import pytest
 from support import SMALL_RUN as RUN
+from support import kill_group
 from support import refused as _refused
 
 from terngrad.cli import main
@@ -46,7 +46,7 @@ def test_a_second_run_on_a_folder_in_use_is_refused_naming_the_holder(tmp_path, 
         assert "wait for it to finish, or choose another --out" in err
         assert f"PID {first.pid} " in (out / run_folder.LOCK).read_text()  # still the holder
     finally:
-        os.killpg(first.pid, signal.SIGKILL)
+        kill_group(first.pid)  # the launcher, its fork server and its workers, all gone
         first.wait()
     # the holder was killed: the kernel dropped its lock, and the same folder resumes
     done = checkpoints.steps(out)[-1]
