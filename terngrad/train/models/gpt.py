@@ -108,9 +108,10 @@ class GPT(Model):
 
 class GPTSmall(GPT):
     """:class:`GPT` at half the width: d = 128, 4 layers, 4 heads, context 128 (about 0.8
-    million parameters, a quarter of the compute a token): the size at which the AdamW
-    comparison (``terngrad reproduce transformer --model gpt-small``: four methods, three
-    seeds, 1,000 steps) fits about three hours of a 2-core machine."""
+    million parameters, a quarter of the compute a token): sized so that the AdamW comparison
+    (``terngrad reproduce transformer --model gpt-small``: four methods, three seeds, 1,000
+    steps) should fit about three hours of a 2-core machine (estimated from that share, not
+    yet timed)."""
 
     name = "gpt-small"
 
