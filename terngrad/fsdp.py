@@ -137,6 +137,7 @@ class State:
         #: the groups whose latest reduce-scatter found a NaN or Inf on some rank
         self._skipped: set[int] = set()
         self.skipped_steps = 0
+        self._skipped_step = 0  # the step last counted as skipped
         self._step_start = (0, 0)
         self._last_step = (0, 0)
         self._spans: dict[int, _Spans] = {}
@@ -212,7 +213,10 @@ class State:
         else:
             output.zero_()
             self._skipped.add(index)
-            self.skipped_steps += 1
+            step = max(self.calls.values())
+            if step != self._skipped_step:  # a step counts once, however many groups skipped
+                self._skipped_step = step
+                self.skipped_steps += 1
             warnings.warn(
                 f"terngrad.fsdp: a NaN or Inf gradient on some rank in the group of "
                 f"{group.names[0]}...; its shard was zeroed on every rank (check "
@@ -222,8 +226,8 @@ class State:
             )
 
     def _count_call(self, index: int) -> None:
-        """One more reduce-scatter of group ``index``; the first of a new backward pass closes
-        the step before it (its bytes become the last step's)."""
+        """One more reduce-scatter of group ``index``; the first of a new backward pass starts
+        a new step, whose bytes :attr:`stats` reports as the last step's."""
         if self.calls[index] == max(self.calls.values()):
             c = self.link.counter
             self._step_start = (c.sent, c.received)
@@ -290,6 +294,7 @@ class State:
             "calls": dict(self.calls),
             "skipped": sorted(self._skipped),
             "skipped_steps": self.skipped_steps,
+            "skipped_step": self._skipped_step,
             "residuals": self.memory.state_dict() if self.memory else {},
             "bytes": (c.sent, c.received, self.fp32_bytes_sent),
         }
@@ -306,7 +311,7 @@ class State:
             )
         self.calls = {int(k): int(v) for k, v in state["calls"].items()}
         self._skipped = set(state["skipped"])
-        self.skipped_steps = state["skipped_steps"]
+        self.skipped_steps, self._skipped_step = state["skipped_steps"], state["skipped_step"]
         if self.memory is not None:
             self.memory.load_state_dict(state["residuals"])
         c = self.link.counter
