@@ -79,11 +79,17 @@ def children(pid: int) -> list[int]:
     return [int(p) for p in found.stdout.split()]
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # ended since it was listed
+        return b""
+
+
 def workers_of(launcher: int) -> list[int]:
     """The training processes of a launcher: the children of its fork server (not
     multiprocessing's resource tracker), in the order they were started."""
-    servers = [p for p in children(launcher)
-               if b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes()]  # fmt: skip
+    servers = [p for p in children(launcher) if b"forkserver" in _cmdline(p)]
     assert len(servers) == 1, children(launcher)
     return sorted(children(servers[0]))
 
@@ -95,7 +101,7 @@ def gone(pid: int, seconds: float = 10) -> bool:
     while True:
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # reaped between open and read
             return True
         if state in ("Z", "X"):
             return True
