@@ -19,6 +19,9 @@ from terngrad.util.differences import differences
 #: backends round to the same bytes given the same scales, and every rank decodes the same
 #: all-reduced scales and summed digits, so replicas stay identical whichever runs where
 INTERCHANGEABLE = ("kernels",)
+#: what a saved hook state may differ in besides: fused buckets or not, the state (generator,
+#: residuals by parameter name, counters) is the same
+RESUMABLE_ACROSS = (*INTERCHANGEABLE, "fuse_buckets")
 
 
 def exchange_config(
@@ -42,6 +45,7 @@ def exchange_config(
         "seed": options.seed,
         "kernels": kernels.name,
         "policy": options.policy,
+        "fuse_buckets": options.fuse_buckets,
         "world_size": world,
         "parameters": [(name, tuple(p.shape), str(p.dtype)) for name, p in params],
     }
@@ -74,7 +78,7 @@ def check_same_config(link: Link, config: dict[str, Any]) -> None:
 
 def check_saved_config(config: dict[str, Any], saved: dict[str, Any]) -> None:
     """Refuse a hook state saved with another configuration than ``config``."""
-    found = differences(config, {"policy": "quantize", **saved}, INTERCHANGEABLE)  # (pre-policy)
+    found = differences(config, {"policy": "quantize", **saved}, RESUMABLE_ACROSS)  # (pre-policy)
     if found:
         raise ValueError(
             "this hook state was saved with another configuration (saved value instead of this "

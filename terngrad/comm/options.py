@@ -79,6 +79,11 @@ class Options:
     * ``full_precision_steps``: the first this many steps average every gradient in full
       precision (all-reduce), then the quantizer takes over: a warm-up as 1-bit Adam's
       (Tang et al. 2021, Sec. 4) before compression starts;
+    * ``fuse_buckets``: the DDP hook holds a step's buckets and exchanges them together at
+      the last one (one bucket per dtype): one exchange a step — three collective rounds on
+      the sharded grid — instead of one a bucket, but none of it overlaps the backward pass.
+      For TernGrad and QSGD the averaged gradients are the same bits either way (the scales
+      are per parameter, the sums exact); the other quantizers' shards are cut elsewhere;
     * ``seed``: every random draw of the exchange derives from it
       (:func:`~terngrad.kernels.stream_seed`);
     * ``timeout``: seconds a collective of the exchange waits before failing with
@@ -108,6 +113,10 @@ class Options:
     full_precision_steps: int = setting(
         0, "average in full precision for the first K steps, then quantize", _X,
         NON_NEGATIVE_INT, metavar="K",
+    )  # fmt: skip
+    fuse_buckets: bool = setting(
+        False, "exchange a step's DDP buckets together at the last one (fewer collective "
+        "rounds, no overlap with the backward pass)", _X,
     )  # fmt: skip
     seed: int = setting(0, "seed of every random draw of the exchange", _X, INT64)
     timeout: float | None = setting(
@@ -147,7 +156,7 @@ class Options:
                 "policy 'auto' predicts the exchange of the shared-grid quantizers (terngrad, "
                 f"qsgd); {self.quantizer} has no such model: use policy 'quantize'"
             )
-        for name in ("error_feedback", "quantize_last"):
+        for name in ("error_feedback", "quantize_last", "fuse_buckets"):
             if not isinstance(getattr(self, name), bool):
                 _fail(f"{name} must be True or False, got {getattr(self, name)!r}")
         check_settings(self)  # min_numel, full_precision_steps, seed, timeout

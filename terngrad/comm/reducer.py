@@ -109,6 +109,10 @@ class Reducer:
         #: float32 room for a bucket's quantized elements where they are not the whole float32
         #: buffer: gathered here, decoded here, scattered back (no allocation per bucket)
         self._scratch = torch.empty(0)
+        #: ``fuse_buckets``: the step's buckets held until its last, and per dtype the room
+        #: they are exchanged in together
+        self._held: list[tuple[torch.Tensor, tuple[torch.Tensor, ...]]] = []
+        self._fused: dict[torch.dtype, torch.Tensor] = {}
         #: whether the last finished step had a non-finite gradient on some rank (then it
         #: was zeroed on every rank: skip ``optimizer.step()``)
         self.last_step_skipped = False
@@ -151,9 +155,47 @@ class Reducer:
         try:
             if self.counters.steps < self.options.full_precision_steps:
                 return self._reduce_full_precision(buffer)
+            if self.options.fuse_buckets and deferred is not None:
+                return self._reduce_fused(buffer, params, deferred, last)
             return self._reduce_bucket(buffer, self.planner.plan(params), deferred, last)
         finally:
             self.counters.exchange_seconds += time.perf_counter() - start
+
+    def _reduce_fused(self, buffer: torch.Tensor, params, deferred: Deferred, last: bool) -> bool:
+        """``fuse_buckets``: hold the step's buckets until its last, then exchange them as one
+        bucket per dtype, in the order DDP handed them over, and write the means back."""
+        self._held.append((buffer, tuple(params)))
+        if not last:
+            return False
+        held, self._held = self._held, []
+        by_dtype: dict[torch.dtype, list[tuple[torch.Tensor, tuple[torch.Tensor, ...]]]] = {}
+        for buf, ps in held:
+            by_dtype.setdefault(buf.dtype, []).append((buf, ps))
+        fused, skipped = [], False
+        for k, members in enumerate(by_dtype.values()):
+            buffers = [buf for buf, _ in members]
+            flat = buffers[0] if len(buffers) == 1 else self._fused_room(buffers)
+            plan = self.planner.plan([p for _, ps in members for p in ps])
+            skipped |= self._reduce_bucket(flat, plan, deferred, k == len(by_dtype) - 1)
+            fused.append((flat, buffers))
+        for flat, buffers in fused:  # after the last: the deferred means are written then
+            if len(buffers) > 1:
+                for buf, part in zip(buffers, flat.split([b.numel() for b in buffers]),
+                                     strict=True):  # fmt: skip
+                    buf.copy_(part)
+        return skipped
+
+    def _fused_room(self, buffers: list[torch.Tensor]) -> torch.Tensor:
+        """``buffers`` (one dtype) concatenated into this dtype's fused scratch (grown to the
+        largest step seen)."""
+        numel, first = sum(b.numel() for b in buffers), buffers[0]
+        room = self._fused.get(first.dtype)
+        if room is None or room.numel() < numel or room.device != first.device:
+            room = self._fused[first.dtype] = torch.empty(numel, dtype=first.dtype,
+                                                          device=first.device)  # fmt: skip
+        flat = room[:numel]
+        torch.cat(buffers, out=flat)
+        return flat
 
     def _reduce_bucket(self, buffer: torch.Tensor, plan: BucketPlan, deferred, last) -> bool:
         skipped = False
@@ -248,6 +290,7 @@ class Reducer:
     def abandon_step(self) -> None:
         """A step failed part way (a collective failed): forget what it staged."""
         self._step_skipped = False
+        self._held = []
         if self.memory is not None:
             self.memory.discard()
 

@@ -124,6 +124,11 @@ METHODS: dict[str, Method] = {
         ),
         _hook("fp32-sharded", "fp32 through terngrad's sharded exchange", "fp32"),
         _hook("terngrad", "terngrad sharded"),
+        _hook(
+            "terngrad-fused",
+            "terngrad sharded, a step's DDP buckets in one exchange",
+            fuse_buckets=True,
+        ),
         _hook("terngrad-ps", "terngrad parameter server", topology="ps"),
         _hook("terngrad-allgather", "terngrad all-gather", topology="allgather"),
         _hook("terngrad-noclip", "terngrad sharded, no clipping", clip=None),

@@ -537,3 +537,61 @@ def full_precision_warmup(rank: int, world: int) -> dict:
         })  # fmt: skip
         optimizer.step()
     return {"steps": steps, "params": sum(p.numel() for p in model.parameters())}
+
+
+WIDER = (32, 48, 40, 40, 10)  # weights of 1536, 1920, 1600 elements: a DDP bucket each
+
+
+def fused_buckets(rank: int, world: int) -> dict:
+    """5 steps of DDP (one bucket per weight, rebuilt after step 1; the last layer and the
+    biases deferred in fp32) with ``fuse_buckets`` off and on, for TernGrad with and without
+    error feedback and for QSGD: the parameters, the collective rounds of the last step, and a
+    fused run's state loaded into an unfused hook."""
+    out: dict = {}
+    for name, options in (
+        ("terngrad", {}),
+        ("terngrad-ef", {"error_feedback": True}),
+        ("qsgd", {"quantizer": "qsgd"}),
+    ):
+        for fuse in (False, True):
+            torch.manual_seed(0)
+            model = MLP(WIDER)
+            ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
+            state = terngrad.ddp.register(ddp, fuse_buckets=fuse, seed=3, **options)
+            rounds: list[str] = []
+            for link, collective in (
+                *((state.reducer.link, c) for c in ("all_reduce", "all_to_all", "all_gather")),
+                (state.reducer.side, "start_all_reduce"),  # the deferred fp32 tensors
+            ):
+                real = getattr(link, collective)
+
+                def counted(*args, _real=real, _name=collective, _rounds=rounds, **kwargs):
+                    _rounds.append(_name)
+                    return _real(*args, **kwargs)
+
+                setattr(link, collective, counted)
+            real_bucket = state._run_bucket
+
+            def bucket(*args, _real=real_bucket, _rounds=rounds):
+                _rounds.append("bucket")
+                return _real(*args)
+
+            state._run_bucket = bucket
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            for x, y in _batches(rank, 5):
+                rounds.clear()
+                optimizer.zero_grad()
+                nn.functional.cross_entropy(ddp(x), y).backward()
+                optimizer.step()
+            out[name, fuse] = {
+                "params": [p.detach().clone() for p in model.parameters()],
+                "rounds": list(rounds),
+                "state": state.state_dict(),
+            }
+    unfused = terngrad.ddp.register(
+        nn.parallel.DistributedDataParallel(MLP(WIDER), bucket_cap_mb=0.004), error_feedback=True,
+        seed=3,
+    )  # fmt: skip
+    unfused.load_state_dict(out["terngrad-ef", True]["state"])  # a fused run's state loads
+    out["loaded"] = unfused.reducer.memory.norm()
+    return out

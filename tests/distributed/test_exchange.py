@@ -311,3 +311,29 @@ def test_full_precision_steps_average_exactly_then_quantize():
         assert [s["sent"] for s in steps[:2]] == [fp32_ring, fp32_ring]  # all-reduced fp32
         assert all(0 < s["sent"] < fp32_ring / 4 for s in steps[2:]), steps  # ternary after
         assert [s["residual"] == 0 for s in steps] == [True, True, False, False]
+
+
+def test_fused_buckets_give_the_same_bits_in_fewer_rounds():
+    """fuse_buckets holds a step's DDP buckets and exchanges them at the last one: TernGrad and
+    QSGD scale per parameter and sum exactly, so the parameters are the same bits as bucket by
+    bucket (with error feedback too), in one exchange a step; its state loads unfused."""
+    results = run(w.fused_buckets, 2)
+    for out in results:
+        for name in ("terngrad", "terngrad-ef", "qsgd"):
+            plain, fused = out[name, False], out[name, True]
+            for a, b in zip(plain["params"], fused["params"], strict=True):
+                assert torch.equal(a, b), name
+            buckets = plain["rounds"].count("bucket")
+            assert buckets == fused["rounds"].count("bucket") >= 3  # several DDP buckets
+            collectives = [r for r in plain["rounds"] if r != "bucket"]
+            # bucket by bucket: the weights' buckets three rounds each (scales, all-to-all,
+            # all-gather), the fp32 tensors one all-reduce started with the last bucket
+            quantized = (len(collectives) - 1) // 3
+            assert quantized >= 2 and collectives.count("start_all_reduce") == 1
+            assert [r for r in fused["rounds"] if r != "bucket"] == [
+                "start_all_reduce", "all_reduce", "all_to_all", "all_gather"
+            ]  # fmt: skip
+        assert out["loaded"] > 0
+    for a, b in zip(results[0]["terngrad", True]["params"], results[1]["terngrad", True]["params"],
+                    strict=True):  # fmt: skip
+        assert torch.equal(a, b)
