@@ -28,7 +28,8 @@ shard written back in the reduce dtype), uneven and padded shards, error feedbac
 (``error_feedback=True``), a full-precision warm-up (``full_precision_steps``), ``seed`` and
 ``timeout``. Refused at :func:`register`, in one line and before any collective: a model that is
 not ``fully_shard``-ed, a quantizer that cannot sum exactly in the sharded layout (only the
-shared-grid ones can: ``terngrad``, ``qsgd``), another topology or the auto policy, HSDP or
+shared-grid ones can: ``terngrad``, ``qsgd``), another topology, the auto policy or
+``fuse_buckets`` (the DDP hook's), HSDP or
 several meshes, a second registration. A gradient divide factor other than FSDP's default fails
 at the first reduce-scatter.
 
@@ -379,6 +380,12 @@ def _fsdp_groups(
         raise ValueError(
             f"terngrad.fsdp: {opts.quantizer} cannot sum exactly in FSDP's sharded layout; "
             "choose a shared-grid quantizer: terngrad or qsgd"
+        )
+    if opts.fuse_buckets:
+        raise ValueError(
+            "terngrad.fsdp: fuse_buckets is the DDP hook's; FSDP reduce-scatters each FSDP "
+            "module's gradients when its backward is done (wrap fewer modules for fewer "
+            "exchanges): leave fuse_buckets off"
         )
     if opts.topology != "sharded" or opts.policy != "quantize":
         raise ValueError(

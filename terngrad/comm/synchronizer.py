@@ -51,7 +51,13 @@ class Synchronizer:
         if not bucket_cap_mb > 0:
             raise ValueError(f"bucket_cap_mb must be positive, got {bucket_cap_mb!r}")
         extra = {k: settings.pop(k) for k in ("estimate", "group") if k in settings}
-        self.reducer = Reducer(Options.of(quantizer, topology, **settings), named, last, **extra)
+        options = Options.of(quantizer, topology, **settings)
+        if options.fuse_buckets:
+            raise ValueError(
+                "fuse_buckets is the DDP hook's: the Synchronizer exchanges its buckets of "
+                "bucket_cap_mb, so raise bucket_cap_mb for fewer exchanges a step"
+            )
+        self.reducer = Reducer(options, named, last, **extra)
         self.params = [p for _, p in named if p.requires_grad]
         link = self.reducer.link
         for p in self.params:  # identical replicas from the start, as DDP does

@@ -594,4 +594,8 @@ def fused_buckets(rank: int, world: int) -> dict:
     )  # fmt: skip
     unfused.load_state_dict(out["terngrad-ef", True]["state"])  # a fused run's state loads
     out["loaded"] = unfused.reducer.memory.norm()
+    try:
+        Synchronizer(MLP(), fuse_buckets=True)
+    except ValueError as e:
+        out["synchronizer"] = str(e)
     return out

@@ -123,6 +123,7 @@ def refusals(rank: int, world: int) -> list[str]:
     attempt(lambda: terngrad.fsdp.register(Net()))  # not sharded
     attempt(lambda: terngrad.fsdp.register(build(), quantizer="linear"))
     attempt(lambda: terngrad.fsdp.register(build(), topology="ps"))
+    attempt(lambda: terngrad.fsdp.register(build(), fuse_buckets=True))
     net = build()
     terngrad.fsdp.register(net)
     attempt(lambda: terngrad.fsdp.register(net))  # twice

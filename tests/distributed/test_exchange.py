@@ -334,6 +334,7 @@ def test_fused_buckets_give_the_same_bits_in_fewer_rounds():
                 "start_all_reduce", "all_reduce", "all_to_all", "all_gather"
             ]  # fmt: skip
         assert out["loaded"] > 0
+        assert out["synchronizer"].startswith("fuse_buckets is the DDP hook's")
     for a, b in zip(results[0]["terngrad", True]["params"], results[1]["terngrad", True]["params"],
                     strict=True):  # fmt: skip
         assert torch.equal(a, b)
