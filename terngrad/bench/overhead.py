@@ -170,6 +170,7 @@ def _rank(rank: int, world: int, port: int, args: dict[str, Any], result: str) -
     from torch import nn
 
     import terngrad.ddp
+    from terngrad.train import methods as table
     from terngrad.train import models
 
     torch.set_num_threads(1)
@@ -219,7 +220,7 @@ def _rank(rank: int, world: int, port: int, args: dict[str, Any], result: str) -
         elif method == "fp16":
             ddp.register_comm_hook(dist.group.WORLD, _fp16_hook(clock))
         else:
-            state = terngrad.ddp.State(method)
+            state = terngrad.ddp.State(options=table.get(method).exchange)
             ddp.register_comm_hook(state, _timed_hook(terngrad.ddp.hook, clock))
             steps(ddp, 1)  # the state is built at its first use
             instrument(state, clock)
