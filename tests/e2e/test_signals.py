@@ -23,13 +23,21 @@ from terngrad.train.outputs import METRICS
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT to its default, so that Python turns it into
+    ``KeyboardInterrupt`` even where the tests themselves were started in the background by a
+    shell without job control, which leaves SIGINT ignored (and ignored signals are inherited)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(out, steps=4000):
     """A long two-worker run in its own session, returned once it has a checkpoint (so its
     workers train and hold the folder)."""
     argv = [sys.executable, "-m", "terngrad.cli", *RUN, "--steps", str(steps),
             "--checkpoint-every", "2", "--out", str(out)]  # fmt: skip
     proc = subprocess.Popen(argv, env=ENV, start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_sigint)  # fmt: skip
     deadline = time.monotonic() + 300
     while not checkpoints.steps(out):
         if proc.poll() is not None or time.monotonic() > deadline:
