@@ -40,7 +40,13 @@ import torch.distributed as dist
 from torch import nn
 
 from terngrad.comm.errors import explain
-from terngrad.comm.momentum import MomentumSource, check_source, to_local_momentum
+from terngrad.comm.momentum import (
+    LocalVariance,
+    MomentumSource,
+    VarianceSource,
+    check_source,
+    to_local_momentum,
+)
 from terngrad.comm.options import Options
 from terngrad.comm.plans import last_layer_names, tied_last_layer
 from terngrad.comm.policy import Decision, Estimate
@@ -60,9 +66,11 @@ class State:
     ``timeout``), every other keyword a quantizer option (``clip=2.0``, ``bucket_size=512``);
     or ``options``, a ready :class:`Options`. ``model``: the model (or its DDP wrapper) whose
     parameters the hook exchanges: by default the DDP model the state is registered on, found
-    at its first use. ``optimizer``: a :class:`terngrad.optim.FrozenVarianceAdamW`, whose
-    momentum is then exchanged instead of the gradient once its warm-up is over
-    (:mod:`terngrad.comm.momentum`; give ``error_feedback=True`` too, as 1-bit Adam does).
+    at its first use. ``optimizer``: a :class:`terngrad.optim.FrozenVarianceAdamW` or
+    :class:`~terngrad.optim.LocalVarianceAdamW`, whose momentum is then exchanged instead of
+    the gradient (after the former's warm-up; the latter's variance measured on each rank and
+    averaged by this hook: :mod:`terngrad.comm.momentum`); give ``error_feedback=True`` too, as
+    1-bit Adam does.
     ``estimate``: given link and codec speeds for ``policy="auto"``; ``group``: the process
     group (default: a new one of all ranks).
 
@@ -103,9 +111,14 @@ class State:
         weakref.finalize(self, _warn_if_unused, self._used)
         #: the optimizer whose momentum is exchanged after its warm-up (``optimizer=``)
         self.momentum: MomentumSource | None = None
+        #: this rank's own variance, for an optimizer that measures it on each rank
+        self.variance: LocalVariance | None = None
+        self._variance_source: VarianceSource | None = None
         if optimizer is not None:
             self.momentum = check_source(optimizer)
             self.momentum.bind_exchange()
+            if isinstance(optimizer, VarianceSource):
+                self._variance_source = optimizer
         if model is not None:
             self.bind(model)
 
@@ -124,6 +137,9 @@ class State:
         self._params = list(module.named_parameters())
         self._last_layer = last_layer_names(module)
         self._bound = weakref.ref(module)
+        if self._variance_source is not None:
+            names = {id(p): name for name, p in self._params}
+            self.variance = LocalVariance(self._variance_source, names)
         tied = tied_last_layer(module)
         if tied and not self.options.quantize_last:
             warnings.warn(_tied_warning(tied, dict(self._params)), stacklevel=2)
@@ -145,7 +161,7 @@ class State:
                     estimate=self._estimate, group=self._group,
                 )  # fmt: skip
                 if self._pending is not None:
-                    reducer.load_state_dict(self._pending)
+                    reducer.load_state_dict(self._load_variance(self._pending))
             except BaseException as exc:
                 self._broken = exc
                 raise
@@ -213,7 +229,10 @@ class State:
                 "this terngrad State has not been used yet: nothing to save before its first "
                 "backward pass (or terngrad.ddp.register)"
             )
-        return self.reducer.state_dict()
+        state = self.reducer.state_dict()
+        if self.variance is not None:
+            state["local_variance"] = self.variance.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` of the same rank and configuration (before first use:
@@ -223,7 +242,23 @@ class State:
                 raise ValueError("not a terngrad hook state")
             self._pending = state
         else:
-            self.reducer.load_state_dict(state)
+            self.reducer.load_state_dict(self._load_variance(state))
+
+    def _load_variance(self, state: dict[str, Any]) -> dict[str, Any]:
+        """``state`` less the rank's local variance, which goes to :attr:`variance`."""
+        state = dict(state)
+        saved = state.pop("local_variance", None)
+        if (saved is None) != (self.variance is None):
+            raise ValueError(
+                "this hook state was saved "
+                + ("without" if saved is None else "with")
+                + " a variance measured on each rank (LocalVarianceAdamW), and this State has "
+                + ("one" if saved is None else "none")
+                + ": resume with the same optimizer"
+            )
+        if self.variance is not None:
+            self.variance.load_state_dict(saved)
+        return state
 
     # --- the DDP path
 
@@ -239,6 +274,8 @@ class State:
         try:
             if self._failed is not None:
                 raise self._failed
+            if self.variance is not None:
+                self.variance.observe(params, buffer, reducer.link)
             if self.momentum is not None:
                 to_local_momentum(self.momentum, params, buffer)
             reducer.reduce_bucket(buffer, params, self._deferred, last)

@@ -8,15 +8,26 @@ the exchange (with error feedback, ``Options(error_feedback=True)``) then averag
 and the optimizer steps along the average. As ``u_i`` is linear in ``g_i``, the average of the
 uncompressed ``u_i`` is exactly the preconditioned momentum of the averaged gradient.
 
-The optimizer is duck-typed (:class:`MomentumSource`): this layer imports nothing above it.
+An optimizer that measures its variance on each rank (:class:`terngrad.optim.
+LocalVarianceAdamW`, a :class:`VarianceSource`) also has the hook keep, per rank, the running
+means of that rank's own gradient and of its squares, ``m_i <- beta1 m_i + (1 - beta1) g_i``
+and ``v_i <- beta2 v_i + (1 - beta2) g_i^2`` (:class:`LocalVariance`, before ``g_i`` becomes
+``u_i``), and average them over the ranks at the steps the optimizer names: one counted
+all-reduce of the bucket's ``v_i`` and ``m_i`` (in the optimizer's ``share_dtype``), from whose
+means the optimizer makes its denominator before this step's ``u_i`` are formed.
+
+The optimizer is duck-typed (:class:`MomentumSource`, :class:`VarianceSource`): this layer
+imports nothing above it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import torch
+
+from terngrad.comm.link import Link
 
 
 @runtime_checkable
@@ -32,13 +43,90 @@ class MomentumSource(Protocol):
         """``(m, beta1, d)`` if this step exchanges ``param``'s momentum, else ``None``."""
 
 
+@runtime_checkable
+class VarianceSource(Protocol):
+    """An optimizer whose variance each rank measures from its own gradient, averaged over the
+    ranks at the steps it names."""
+
+    def local_variance(self, param: torch.Tensor) -> tuple[float, float, bool] | None:
+        """``(beta1, beta2, due)``: the decays of the running means of the gradient and of its
+        squares, and whether the ranks average them at the step now being exchanged; ``None``
+        for a tensor it does not update."""
+
+    def share_variance(
+        self, param: torch.Tensor, variance: torch.Tensor, momentum: torch.Tensor, ranks: int
+    ) -> None:
+        """The means over ``ranks`` ranks of their running means of ``param``'s gradient's
+        squares and of the gradient, at the step now being exchanged."""
+
+    #: the dtype the ranks' variances are averaged in
+    share_dtype: torch.dtype
+
+
+class LocalVariance:
+    """This rank's running means of its own gradients and of their squares, by parameter name,
+    and their averages over the ranks when they are due (see the module's docstring). Its state
+    is the rank's own: save it with the rank's hook state."""
+
+    def __init__(self, source: VarianceSource, names: Mapping[int, str]) -> None:
+        self.source = source
+        self.names = names  # id(param) -> its name, the key of the saved state
+        self.variances: dict[str, torch.Tensor] = {}
+        self.momenta: dict[str, torch.Tensor] = {}
+
+    def observe(self, params: Sequence[torch.Tensor], buffer: torch.Tensor, link: Link) -> None:
+        """Fold the gradients in a DDP bucket's flat ``buffer`` (the ``params``' in order) into
+        this rank's running means (nothing if the bucket holds a non-finite value: the step is
+        skipped on every rank); where the source says it is due, average the bucket's means
+        over the ranks (one all-reduce, counted by ``link``) and hand them to the source."""
+        due: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        finite = bool(torch.isfinite(buffer).all())
+        offset = 0
+        for p in params:
+            n = p.numel()
+            found = self.source.local_variance(p)
+            if found is not None:
+                beta1, beta2, sync = found
+                g = buffer[offset : offset + n]
+                name = self.names[id(p)]
+                if name not in self.variances:
+                    self.variances[name] = torch.zeros(n, dtype=torch.float32, device=g.device)
+                    self.momenta[name] = torch.zeros(n, dtype=torch.float32, device=g.device)
+                v, m = self.variances[name], self.momenta[name]
+                if finite:
+                    v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                    m.lerp_(g.to(torch.float32), 1 - beta1)
+                if sync:
+                    due.append((p, v, m))
+            offset += n
+        if not due:
+            return
+        flat = torch.cat([t for _, v, m in due for t in (v, m)]).to(self.source.share_dtype)
+        flat = link.all_reduce(flat).to(torch.float32).div_(link.size)
+        means = flat.split([t.numel() for _, v, m in due for t in (v, m)])
+        for k, (p, _, _) in enumerate(due):
+            self.source.share_variance(p, means[2 * k], means[2 * k + 1], link.size)
+
+    def state_dict(self) -> dict[str, dict[str, torch.Tensor]]:
+        return {
+            "variances": {name: v.clone() for name, v in self.variances.items()},
+            "momenta": {name: m.clone() for name, m in self.momenta.items()},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Mapping[str, torch.Tensor]]) -> None:
+        if set(state) != {"variances", "momenta"}:
+            raise ValueError("not a terngrad local-variance state (variances and momenta)")
+        self.variances = {n: v.clone().to(torch.float32) for n, v in state["variances"].items()}
+        self.momenta = {n: m.clone().to(torch.float32) for n, m in state["momenta"].items()}
+
+
 def check_source(optimizer: Any) -> MomentumSource:
     """``optimizer`` if it can have its momentum exchanged, else ``TypeError`` saying which can."""
     if not isinstance(optimizer, MomentumSource):
         raise TypeError(
             f"optimizer={type(optimizer).__name__}: the hook exchanges the momentum of an "
-            "optimizer that freezes its variance, terngrad.optim.FrozenVarianceAdamW; any other "
-            "optimizer takes the averaged gradient as usual (leave optimizer= out)"
+            "optimizer built for it, terngrad.optim.FrozenVarianceAdamW or LocalVarianceAdamW; "
+            "any other optimizer takes the averaged gradient as usual (leave optimizer= out)"
         )
     return optimizer
 

@@ -63,13 +63,15 @@ class Comparison(ABC):
         return f"final {100 * summary['accuracy']:.2f}%, best {100 * summary['best_accuracy']:.2f}%"
 
     def check(self, runs: list[Run]) -> None:
-        """Every check that needs nothing trained (by default: each run's launch and folder)."""
+        """Every check that needs nothing trained (by default: each run's launch and the folder
+        of each run not yet finished; a finished run's summary alone is read back)."""
         folders = [Path(r.config.out).absolute() for r in runs]
         if len(set(folders)) != len(folders):
             raise ValueError("two runs of the comparison would share a folder")
         for r in runs:
             check_launch(r.config)
-            run_folder.prepare_out(r.config)  # a bad setting or unwritable folder fails here
+            if self.finished(r) is None:
+                run_folder.prepare_out(r.config)  # a bad setting or unwritable folder fails here
 
     @contextlib.contextmanager
     def session(self, runs: list[Run], echo: Echo) -> Iterator[Train]:

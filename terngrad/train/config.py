@@ -36,7 +36,7 @@ from terngrad.util.settings import (
 
 DEFAULT_TIMEOUT = 300.0  # seconds any collective of a training run may wait
 DEFAULT_BATCH = 64  # examples per worker unless a batch size is given
-OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "frozen-adamw")
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "frozen-adamw", "local-adamw")
 SCHEDULES = schedule.SCHEDULES
 #: fields that may change when a run is resumed (extending it, evaluating more often, moving it)
 RESUMABLE_CHANGES = (
@@ -115,6 +115,12 @@ class TrainConfig:
         0, "frozen-adamw: AdamW for the first N steps, then the variance frozen and the "
         "momentum exchanged", _OPT, NON_NEGATIVE_INT, metavar="N",
     )  # fmt: skip
+    #: local-adamw: the ranks average their variances at steps 1, 2, 4, ... below N and every
+    #: N-th step (terngrad.optim.LocalVarianceAdamW); None: 100
+    variance_sync: int | None = setting(
+        None, "local-adamw: the ranks average the variances of their own gradients at steps "
+        "1, 2, 4, ... below N and every N-th step (default 100)", _OPT, POSITIVE_INT, metavar="N",
+    )  # fmt: skip
     #: examples per worker; ``None`` with no total either: :data:`DEFAULT_BATCH`
     batch_size: int | None = setting(None, f"per worker (default {DEFAULT_BATCH})", _OPT,
                                      POSITIVE_INT)  # fmt: skip
@@ -176,6 +182,8 @@ class TrainConfig:
                 if self.optimizer == "frozen-adamw"
                 else f"freeze-after is frozen-adamw's; optimizer {self.optimizer!r} takes none"
             )
+        if self.variance_sync is not None and self.optimizer != "local-adamw":
+            fail(f"variance-sync is local-adamw's; optimizer {self.optimizer!r} takes none")
         if self.batch_size is not None and self.total_batch_size is not None:
             fail("give one of batch-size (per worker) and total-batch-size, not both")
         if self.batch_size is None and self.total_batch_size is None:

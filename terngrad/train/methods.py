@@ -34,7 +34,9 @@ class Method:
     this share of a run's steps averages in full precision before the quantizer takes over
     (1-bit Adam's warm-up, Tang et al. 2021). ``freeze_share``: for a run with AdamW, the
     optimizer becomes ``frozen-adamw`` with its variance frozen after this share of the steps,
-    the hook then exchanging its preconditioned momentum (:mod:`terngrad.optim`)."""
+    the hook then exchanging its preconditioned momentum (:mod:`terngrad.optim`).
+    ``variance_sync``: for a run with AdamW, the optimizer becomes ``local-adamw``, its variance
+    measured on each rank and averaged every this many steps, its momentum exchanged."""
 
     name: str
     label: str
@@ -42,6 +44,7 @@ class Method:
     exchange: Options | None = field(default=None, hash=False)
     full_precision_share: float = 0.0
     freeze_share: float = 0.0
+    variance_sync: int = 0
 
     def __post_init__(self) -> None:
         if (self.baseline is None) == (self.exchange is None):
@@ -87,22 +90,25 @@ class Method:
         if self.full_precision_share:
             k = full_precision_steps or max(1, int(base.steps * self.full_precision_share))
             exchange = exchange.replace(full_precision_steps=k)
+        if (self.freeze_share or self.variance_sync) and base.optimizer != "adamw":
+            raise ValueError(
+                f"method {self.name} exchanges AdamW's momentum; this run's optimizer is "
+                f"{base.optimizer!r}"
+            )
         if self.freeze_share:
-            if base.optimizer != "adamw":
-                raise ValueError(
-                    f"method {self.name} freezes AdamW's variance; this run's optimizer is "
-                    f"{base.optimizer!r}"
-                )
             freeze = max(1, int(base.steps * self.freeze_share))
             base = base.replace(optimizer="frozen-adamw", freeze_after=freeze)
+        if self.variance_sync:
+            base = base.replace(optimizer="local-adamw", variance_sync=self.variance_sync)
         return base.replace(out=out, baseline=None, exchange=exchange)
 
 
 def _hook(name: str, label: str, quantizer: str = "terngrad", share: float = 0.0,
-          freeze: float = 0.0, **kw) -> Method:  # fmt: skip
+          freeze: float = 0.0, sync: int = 0, **kw) -> Method:  # fmt: skip
     options = {k: kw.pop(k) for k in list(kw) if k in Options.__dataclass_fields__}
     return Method(name, label, exchange=Options(quantizer, quantizer_options=kw, **options),
-                  full_precision_share=share, freeze_share=freeze)  # fmt: skip
+                  full_precision_share=share, freeze_share=freeze,
+                  variance_sync=sync)  # fmt: skip
 
 
 def _levels(family: str, title: str) -> list[Method]:
@@ -147,6 +153,14 @@ METHODS: dict[str, Method] = {
             "terngrad sharded, a scale per 512 elements, error feedback; AdamW's variance "
             "frozen after a fifth of the steps, its preconditioned momentum exchanged",
             freeze=0.2,
+            bucket_size=512,
+            error_feedback=True,
+        ),
+        _hook(
+            "terngrad-localvar",
+            "terngrad sharded, a scale per 512 elements, error feedback; AdamW's momentum "
+            "exchanged, its variance each rank's own, averaged every 100 steps",
+            sync=100,
             bucket_size=512,
             error_feedback=True,
         ),

@@ -210,6 +210,8 @@ def test_the_transformer_plan_runs_every_method_on_one_protocol():
     momentum = by["terngrad-momentum", 0]
     assert (momentum.optimizer, momentum.freeze_after) == ("frozen-adamw", 20)
     assert momentum.exchange.error_feedback
+    local = by["terngrad-localvar", 0]
+    assert (local.optimizer, local.variance_sync) == ("local-adamw", 100)
     assert by["qsgd-5", 0].exchange.quantizer == "qsgd"
     assert by["orq-5", 0].exchange.quantizer == "orq"
     assert by["orq-5", 0].out.endswith("orq-5-s0") and by["orq-5", 1].out.endswith("orq-5-s1")

@@ -78,5 +78,28 @@ def test_the_momentum_method_freezes_adamw_after_a_fifth_and_needs_adamw():
     assert (cfg.optimizer, cfg.freeze_after) == ("frozen-adamw", 20)
     assert cfg.exchange.error_feedback and cfg.exchange.quantizer_options["bucket_size"] == 512
     assert methods.get("terngrad-b512").configure(base, "o").optimizer == "adamw"  # untouched
-    with pytest.raises(ValueError, match="freezes AdamW's variance; this run's optimizer is"):
+    with pytest.raises(ValueError, match="exchanges AdamW's momentum; this run's optimizer is"):
         methods.get("terngrad-momentum").configure(base.replace(optimizer="momentum"), "o")
+
+
+def test_the_local_variance_method_takes_local_adamw_and_needs_adamw():
+    base = TrainConfig(out="runs/x", model="mlp", optimizer="adamw", steps=100)
+    cfg = methods.get("terngrad-localvar").configure(base, "runs/x/l")
+    assert (cfg.optimizer, cfg.variance_sync, cfg.freeze_after) == ("local-adamw", 100, 0)
+    assert cfg.exchange.error_feedback and cfg.exchange.quantizer_options["bucket_size"] == 512
+    with pytest.raises(ValueError, match="exchanges AdamW's momentum; this run's optimizer is"):
+        methods.get("terngrad-localvar").configure(base.replace(optimizer="sgd"), "o")
+
+
+def test_variance_sync_belongs_to_local_adamw():
+    from terngrad.optim import LocalVarianceAdamW
+    from terngrad.train.setup import make_optimizer
+    from torch import nn
+
+    cfg = TrainConfig(out="runs/x", model="mlp", optimizer="local-adamw", variance_sync=7)
+    optimizer = make_optimizer(cfg, nn.Linear(3, 2))
+    assert isinstance(optimizer, LocalVarianceAdamW) and optimizer.sync_every == 7
+    default = make_optimizer(cfg.replace(variance_sync=None), nn.Linear(3, 2))
+    assert default.sync_every == 100
+    with pytest.raises(ValueError, match="variance-sync is local-adamw's; optimizer 'adamw'"):
+        TrainConfig(out="runs/x", model="mlp", optimizer="adamw", variance_sync=7)
