@@ -207,5 +207,5 @@ def test_a_bucket_with_a_non_finite_value_folds_nothing():
 
 
 def test_float16_is_refused_for_sharing_the_variance():
-    with pytest.raises(ValueError, match="share_dtype must be torch.float32 or torch.bfloat16"):
+    with pytest.raises(ValueError, match=r"share_dtype must be torch\.float32 or torch\.bfloat16"):
         LocalVarianceAdamW(_model().parameters(), share_dtype=torch.float16)

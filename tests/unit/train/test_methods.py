@@ -92,9 +92,10 @@ def test_the_local_variance_method_takes_local_adamw_and_needs_adamw():
 
 
 def test_variance_sync_belongs_to_local_adamw():
+    from torch import nn
+
     from terngrad.optim import LocalVarianceAdamW
     from terngrad.train.setup import make_optimizer
-    from torch import nn
 
     cfg = TrainConfig(out="runs/x", model="mlp", optimizer="local-adamw", variance_sync=7)
     optimizer = make_optimizer(cfg, nn.Linear(3, 2))
