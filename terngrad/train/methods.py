@@ -157,6 +157,13 @@ METHODS: dict[str, Method] = {
             error_feedback=True,
         ),
         _hook(
+            "fp32-localvar",
+            "fp32 through terngrad's sharded exchange, AdamW's momentum exchanged, its "
+            "variance each rank's own, averaged every 100 steps (terngrad-localvar uncompressed)",
+            "fp32",
+            sync=100,
+        ),
+        _hook(
             "terngrad-localvar",
             "terngrad sharded, a scale per 512 elements, error feedback; AdamW's momentum "
             "exchanged, its variance each rank's own, averaged every 100 steps",

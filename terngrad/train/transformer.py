@@ -19,7 +19,8 @@ real processes, and these methods of :data:`terngrad.train.methods.METHODS`:
   TernGrad: :class:`terngrad.optim.FrozenVarianceAdamW`);
 * ``terngrad-localvar``: the same exchange of the momentum from the first step, AdamW's variance
   measured by each rank on its own gradient and averaged over the ranks at steps 1, 2, 4, ...,
-  64 and every 100th (:class:`terngrad.optim.LocalVarianceAdamW`);
+  64 and every 100th (:class:`terngrad.optim.LocalVarianceAdamW`); ``fp32-localvar``: the same
+  optimizer through an exact (fp32) exchange, to tell the optimizer's share from TernGrad's;
 * ``qsgd-5``, ``orq-5``: QSGD and ORQ with 5 levels in buckets of 512 (their defaults).
 
 Every TernGrad-family run uses the sharded exchange (the hook's default). The result table gives
@@ -52,8 +53,8 @@ LOSS_GAP = 0.02
 #: ... while sending at least this many times fewer bytes per step
 BYTES_FACTOR = 10.0
 METHODS = ("fp32", "fp16", "terngrad", "terngrad-b512", "terngrad-b2048", "terngrad-ef",
-           "terngrad-fp", "terngrad-b512-fp", "terngrad-momentum", "terngrad-localvar", "qsgd-5",
-           "orq-5")  # fmt: skip
+           "terngrad-fp", "terngrad-b512-fp", "terngrad-momentum", "terngrad-localvar",
+           "fp32-localvar", "qsgd-5", "orq-5")  # fmt: skip
 
 
 #: the language models the comparison runs
