@@ -435,6 +435,10 @@ def _grid_digit(g, bound, scale, mf, u):
     return np.uint16(np.int32(digit)) if t == t else np.uint16(mf)
 
 
+#: draws hashed at a time in ``grid_pack``: 8 KB, in L1 when they are rounded
+_DRAWS_PIECE = 2048
+
+
 @kernel()
 def grid_pack(
     x, lo, hi, bstarts, bound, scale, m, sstarts, keys, uniform, kind, param, k, w, chunk, out
@@ -451,7 +455,7 @@ def grid_pack(
         a = lo + c * chunk
         e = min(a + chunk, hi)
         digits = np.empty(e - a, np.uint16)
-        drawn = np.empty(0 if given else e - a, np.float32)
+        drawn = np.empty(0 if given else _DRAWS_PIECE, np.float32)
         runs = _runs(bstarts, sstarts, a, e)
         for r in range(runs.shape[0]):
             i, stop, b, s = runs[r, 0], runs[r, 1], runs[r, 2], runs[r, 3]
@@ -466,11 +470,15 @@ def grid_pack(
                 us = uniform[i:stop]
                 for j in range(xs.size):
                     ds[j] = _grid_digit(xs[j], bnd, sc, mf, us[j])
-            else:
-                us = drawn[i - a : stop - a]
-                _fill_draws(keys[s], uint64(i - sstarts[s]), us)
-                for j in range(xs.size):
-                    ds[j] = _grid_digit(xs[j], bnd, sc, mf, us[j])
+            else:  # draws hashed a piece at a time, rounded while still in L1
+                for p in range(i, stop, _DRAWS_PIECE):
+                    q = min(p + _DRAWS_PIECE, stop)
+                    us = drawn[: q - p]
+                    _fill_draws(keys[s], uint64(p - sstarts[s]), us)
+                    xp = x[p:q]
+                    dp = digits[p - a : q - a]
+                    for j in range(xp.size):
+                        dp[j] = _grid_digit(xp[j], bnd, sc, mf, us[j])
         _pack(digits, e - a, out[c * nbytes :], kind, param, k, w)
 
 
