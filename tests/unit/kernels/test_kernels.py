@@ -428,3 +428,36 @@ def test_the_serial_and_parallel_builds_give_the_same_bytes():
         torch.set_num_threads(before)
     for a, b in zip(*results, strict=True):
         assert torch.equal(a, b)
+
+
+def test_the_digit_in_float_lanes_is_the_integer_formula():
+    """``cpu._grid_digit`` carries floor, step and digit in float32: on every float class
+    (zeros, subnormals, huge values, infinities, NaN) and scales, bounds and ``m`` of every kind,
+    each digit is that of the integer arithmetic ``uint16(m ± (int32(t) + [u < t - floor t]))``
+    it replaced (a NaN ``t`` gives ``m``)."""
+    from numba import njit
+
+    from terngrad.kernels.cpu import _grid_digit
+
+    @njit
+    def both(xs, us, bound, scale, m, old, new):
+        mf = np.float32(m)
+        for j in range(xs.size):
+            t = min((min(abs(xs[j]), bound) * mf) / scale, mf)
+            whole = np.int32(t)
+            step = whole + np.int32(us[j] < t - np.float32(whole))
+            old[j] = np.uint16(m + step if xs[j] > 0 else m - step)
+            new[j] = _grid_digit(xs[j], bound, scale, mf, us[j])
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(20_000) * rng.choice([1e-3, 1.0, 1e30], 20_000)
+    special = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 3.4e38]
+    x = np.concatenate([x, special]).astype(np.float32)
+    u = rng.random(x.size).astype(np.float32)
+    u[::7] = 0
+    for m in (1, 2, 127, 32767):
+        for scale in (3e-3, 1.0, np.inf, 1e-40, np.nan, 3.4e38):
+            for bound in (np.inf, 2e-3, 0.7, np.nan, 1e-42):
+                old, new = np.empty(x.size, np.uint16), np.empty(x.size, np.uint16)
+                both(x, u, np.float32(bound), np.float32(scale), m, old, new)
+                assert np.array_equal(old, new), (m, scale, bound)
