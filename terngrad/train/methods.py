@@ -171,6 +171,16 @@ METHODS: dict[str, Method] = {
             bucket_size=512,
             error_feedback=True,
         ),
+        _hook(
+            "terngrad-localvar-all",
+            "terngrad-localvar with every tensor ternary: the last layer and the small tensors "
+            "too (quantize_last, min_numel 0)",
+            sync=100,
+            bucket_size=512,
+            error_feedback=True,
+            quantize_last=True,
+            min_numel=0,
+        ),
         *_levels("qsgd", "QSGD"),
         *_levels("linear", "Linear"),
         *_levels("orq", "ORQ"),

@@ -21,6 +21,8 @@ real processes, and these methods of :data:`terngrad.train.methods.METHODS`:
   measured by each rank on its own gradient and averaged over the ranks at steps 1, 2, 4, ...,
   64 and every 100th (:class:`terngrad.optim.LocalVarianceAdamW`); ``fp32-localvar``: the same
   optimizer through an exact (fp32) exchange, to tell the optimizer's share from TernGrad's;
+* ``terngrad-localvar-all``: ``terngrad-localvar`` with every tensor ternary, the output head and
+  the tensors under 1,024 elements too;
 * ``qsgd-5``, ``orq-5``: QSGD and ORQ with 5 levels in buckets of 512 (their defaults).
 
 Every TernGrad-family run uses the sharded exchange (the hook's default). The result table gives
@@ -54,7 +56,7 @@ LOSS_GAP = 0.02
 BYTES_FACTOR = 10.0
 METHODS = ("fp32", "fp16", "terngrad", "terngrad-b512", "terngrad-b2048", "terngrad-ef",
            "terngrad-fp", "terngrad-b512-fp", "terngrad-momentum", "terngrad-localvar",
-           "fp32-localvar", "qsgd-5", "orq-5")  # fmt: skip
+           "terngrad-localvar-all", "fp32-localvar", "qsgd-5", "orq-5")  # fmt: skip
 
 
 #: the language models the comparison runs
