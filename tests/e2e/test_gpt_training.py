@@ -87,3 +87,35 @@ def test_a_two_method_reproduction_writes_the_table_and_reads_back(tmp_path, cap
     monkeypatch.setattr(comparison, "launch", lambda cfg: pytest.fail("retrained"))
     assert main(argv) == 0
     assert "(done before)" in capsys.readouterr().out
+
+
+def test_local_adamw_through_the_trainer_resumes_bitwise(tmp_path, capsys):
+    """``--optimizer local-adamw`` on 2 workers: a run stopped at step 4 (its checkpoint holds
+    each rank's own variance in the hook states) and extended to 6 ends with the same weights,
+    bit for bit, as a straight 6-step run; bytes include the variance's shares."""
+    corpus = tmp_path / "corpus"
+    write_corpus(corpus, files=20, extra={i: (f"Line {i} of the corpus, about TernGrad. " * 40)
+                                    for i in range(20)})  # fmt: skip
+
+    def argv(out, steps):
+        return ["train", "--model", "gpt-small", "--data-dir", str(corpus), "--workers", "2",
+                "--quiet", "--optimizer", "local-adamw", "--variance-sync", "2",
+                "--error-feedback", "--bucket-size", "512", "--lr", "1e-3", "--batch-size", "2",
+                "--steps", str(steps), "--eval-every", "2", "--out", str(out)]  # fmt: skip
+
+    import torch
+
+    from terngrad.train import checkpoints
+
+    assert main(argv(tmp_path / "straight", 6)) == 0
+    assert main(argv(tmp_path / "resumed", 4)) == 0
+    assert main(argv(tmp_path / "resumed", 6)) == 0
+    capsys.readouterr()
+    a = checkpoints.read_training_checkpoint(checkpoints.latest(tmp_path / "straight"))
+    b = checkpoints.read_training_checkpoint(checkpoints.latest(tmp_path / "resumed"))
+    assert a["step"] == b["step"] == 6
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    own = [h["local_variance"]["variances"] for h in a["hook_states"]]
+    assert set(own[0]) == set(own[1]) and not torch.equal(*(o["head.weight"] for o in own))
+    summary = json.loads((tmp_path / "straight" / "summary.json").read_text())
+    assert summary["config"]["optimizer"] == "local-adamw"
