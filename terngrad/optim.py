@@ -112,7 +112,25 @@ class _MomentumExchangedAdamW(torch.optim.Optimizer):
         super().add_param_group(param_group)
         self.__dict__.pop("_groups_by_param", None)
 
+    #: the setting a saved state must have been made with, and what to resume with otherwise
+    _resume_setting: tuple[str, str]
+
+    def state_dict(self) -> dict[str, Any]:
+        saved = super().state_dict()
+        name, _ = self._resume_setting
+        saved[name] = getattr(self, name)
+        return saved
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        name, advice = self._resume_setting
+        state_dict = dict(state_dict)
+        mine = getattr(self, name)
+        saved = state_dict.pop(name, mine)
+        if saved != mine:
+            raise ValueError(
+                f"this state was saved with {name}={saved}, and this optimizer has {mine}: "
+                f"resume with {advice}"
+            )
         super().load_state_dict(state_dict)
         self.__dict__.pop("_groups_by_param", None)  # the groups are new dicts now
 
@@ -157,6 +175,8 @@ class FrozenVarianceAdamW(_MomentumExchangedAdamW):
     group); ``warmup_steps``: the steps of plain AdamW, at least 1 (the variance needs them);
     ``variance_floor``: see :class:`_MomentumExchangedAdamW`."""
 
+    _resume_setting = ("warmup_steps", "the same warm-up")
+
     def __init__(
         self,
         params: Params,
@@ -197,21 +217,6 @@ class FrozenVarianceAdamW(_MomentumExchangedAdamW):
         if "denom" not in state:
             state["denom"] = self._denominator(state["exp_avg_sq"], group, self.warmup_steps)
         return state["denom"]
-
-    def state_dict(self) -> dict[str, Any]:
-        saved = super().state_dict()
-        saved["warmup_steps"] = self.warmup_steps
-        return saved
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        state_dict = dict(state_dict)
-        warmup = state_dict.pop("warmup_steps", self.warmup_steps)
-        if warmup != self.warmup_steps:
-            raise ValueError(
-                f"this state was saved with warmup_steps={warmup}, and this optimizer has "
-                f"{self.warmup_steps}: resume with the same warm-up"
-            )
-        super().load_state_dict(state_dict)
 
     # --- the step
 
@@ -255,6 +260,8 @@ class LocalVarianceAdamW(_MomentumExchangedAdamW):
     Bound to the hook, the hook keeps each rank's ``v_i`` and ``m_i`` and hands their means over
     the ranks to :meth:`share_variance`; unbound, the optimizer keeps ``v`` of its own gradient
     (one process: AdamW whose denominator is made anew at those steps only)."""
+
+    _resume_setting = ("sync_every", "the same schedule")
 
     def __init__(
         self,
@@ -335,21 +342,6 @@ class LocalVarianceAdamW(_MomentumExchangedAdamW):
             scale = (1 - 1 / ranks) * (1 - beta2**t) / (1 - beta1**t) ** 2
             v = (v / ranks).addcmul_(m, m, value=scale)
         state["denom"] = self._denominator(v, group, t)
-
-    def state_dict(self) -> dict[str, Any]:
-        saved = super().state_dict()
-        saved["sync_every"] = self.sync_every
-        return saved
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        state_dict = dict(state_dict)
-        every = state_dict.pop("sync_every", self.sync_every)
-        if every != self.sync_every:
-            raise ValueError(
-                f"this state was saved with sync_every={every}, and this optimizer has "
-                f"{self.sync_every}: resume with the same schedule"
-            )
-        super().load_state_dict(state_dict)
 
     # --- the step
 
