@@ -46,6 +46,7 @@ def exchange_config(
         "kernels": kernels.name,
         "policy": options.policy,
         "fuse_buckets": options.fuse_buckets,
+        "own_scales": options.own_scales,
         "world_size": world,
         "parameters": [(name, tuple(p.shape), str(p.dtype)) for name, p in params],
     }
@@ -78,7 +79,9 @@ def check_same_config(link: Link, config: dict[str, Any]) -> None:
 
 def check_saved_config(config: dict[str, Any], saved: dict[str, Any]) -> None:
     """Refuse a hook state saved with another configuration than ``config``."""
-    found = differences(config, {"policy": "quantize", **saved}, RESUMABLE_ACROSS)  # (pre-policy)
+    # a state saved before ``policy`` and ``own_scales`` existed had their defaults
+    found = differences(config, {"policy": "quantize", "own_scales": False, **saved},
+                        RESUMABLE_ACROSS)  # fmt: skip
     if found:
         raise ValueError(
             "this hook state was saved with another configuration (saved value instead of this "

@@ -31,9 +31,14 @@ decoding into the output; elsewhere every message's ``encode`` and ``decode`` an
 fit — runs on the exchange's :class:`~terngrad.kernels.Kernels` backend (fused numba or Triton
 kernels, or the torch reference), passed to each; all give the same bytes.
 
+* ``allgather`` with ``own_scales``: no scalar sharing — each rank rounds on its own scales
+  and sends them with its codes; every rank decodes every message and averages in rank order.
+  One collective a bucket instead of two (:meth:`AllGatherExchange.own_scales_mean`).
+
 A rank whose gradient holds a NaN or Inf is detected by every rank at the first collective
-(the shared MAX of the scales propagates it; the message path all-reduces a flag); then
-nothing is averaged and every rank gets ``Result(None, None)``.
+(the shared MAX of the scales propagates it; the message path all-reduces a flag; with own
+scales a flag byte travels after each message); then nothing is averaged and every rank gets
+``Result(None, None)``.
 """
 
 from __future__ import annotations
@@ -105,15 +110,23 @@ class Exchange(ABC):
         link: Link,
         aggregate: str = "requantize",
         kernels: Kernels | None = None,
+        own_scales: bool = False,
     ) -> None:
         if aggregate not in AGGREGATES:
             raise ValueError(f"aggregate must be one of {AGGREGATES}, got {aggregate!r}")
+        if own_scales and not (self.name == "allgather" and isinstance(quantizer, SymmetricGrid)):
+            raise ValueError(
+                "own_scales needs topology 'allgather' and a shared-grid quantizer (terngrad, "
+                f"qsgd); got {self.name!r} with {quantizer.name!r}"
+            )
         self.quantizer = quantizer
         self.link = link
         self.kernels = kernels if kernels is not None else resolve("torch")
         #: Algorithm 2's first option: levels coherent among the ranks (level quantizers)
         self.coherent = aggregate == "coherent"
         self.aggregator = quantize.get("fp16") if aggregate == "fp16" else quantizer
+        #: shared-grid quantizers round on each rank's own scales (no scalar sharing)
+        self.own_scales = own_scales
         #: server-side error feedback of re-quantized aggregates, by (bucket key, shard)
         self.server_residuals: dict[Hashable, torch.Tensor] = {}
 
@@ -136,6 +149,8 @@ class Exchange(ABC):
         of an aggregate; ``key`` names the bucket for server-side error feedback; ``own=False``
         skips decoding this rank's own message (needed only for worker-side error feedback)."""
         q = self.quantizer
+        if self.own_scales:
+            return self.own_scales_mean(flat, layout, draws, generator, out, own)
         if isinstance(q, SymmetricGrid):
             grid = self.kernels.grid_prepare(q, flat, layout)
             shared = share_scales(self.link, grid.local)
@@ -208,7 +223,9 @@ class Exchange(ABC):
         """The flat values of ``q``'s ``message``, on this exchange's kernels."""
         return q.decode(message, kernels=self.kernels).reshape(-1)
 
-    def _read_message(self, frame: torch.Tensor, q: Quantizer, numel: int, sender: int):
+    def _parse_message(self, frame: torch.Tensor, q: Quantizer, numel: int, sender: int):
+        """The message in ``frame`` from ``sender``; :class:`ExchangeMismatch` unless it is
+        ``q``'s of ``numel`` elements."""
         enc = Encoded.from_frame(frame)
         if enc.method != q.name or enc.numel != numel:
             raise ExchangeMismatch(
@@ -216,7 +233,10 @@ class Exchange(ABC):
                 f"expected {q.name} with {numel}: the ranks disagree on the model, the bucket "
                 "layout or the quantizer"
             )
-        return self._decode(q, enc)
+        return enc
+
+    def _read_message(self, frame: torch.Tensor, q: Quantizer, numel: int, sender: int):
+        return self._decode(q, self._parse_message(frame, q, numel, sender))
 
     def _requantize(self, mean, layout: Layout, key: Hashable, generator) -> Encoded:
         """The aggregate as a message again, with server-side error feedback: the part the
@@ -370,6 +390,49 @@ class AllGatherExchange(Exchange, name="allgather"):
         )
         return step.mean(gathered, 0, d)  # averaged here: nothing is sent on, nothing re-rounded
 
+    def own_scales_mean(self, flat, layout, draws, generator, out=None, own=True) -> Result:
+        """``own_scales``: the mean of every rank's TernGrad (or QSGD) message, each rounded
+        on its sender's own scales ``s_r`` — Eq. 4 with ``s`` the rank's own
+        ``max |g_r|`` (``‖g_r‖`` for QSGD) instead of the MAX over the ranks (scalar sharing,
+        Sec. 3.2) — in **one** collective: the all-gather of the messages, scales included.
+        Every rank decodes the N messages and sums ``s_r b_r`` in rank order, then divides
+        by N: the same float operations on every rank, so the replicas stay bitwise
+        identical; the sum is exact in the sense that every rank computes the same bits, not
+        an integer sum (the grid differs between senders). Unbiased as with sharing, with
+        less variance (``s_r <= max_r s_r``); ``(N - 1)`` messages received per rank.
+
+        A byte after each message says whether its sender's gradient was finite (a rank
+        whose gradient is not sends zero scales and that flag): every rank sees the flags in
+        the gathered messages and skips the step — no separate round for them."""
+        q, link = self.quantizer, self.link
+        n = flat.numel()
+        grid = self.kernels.grid_prepare(q, flat, layout)
+        finite = bool(torch.isfinite(grid.local).all())
+        if draws is None:
+            draws = torch.rand(n, generator=generator, device=flat.device)
+        scales, payload = q._pack(
+            self.kernels, grid, grid.local if finite else torch.zeros_like(grid.local), draws
+        )
+        frame = q._message(flat, layout, scales, payload).to_frame()
+        flag = torch.tensor([0 if finite else 1], dtype=torch.uint8, device=frame.device)
+        nbytes = q.message_nbytes(n, layout.segments) + 1
+        gathered = link.all_gather(torch.cat([frame, flag]), [nbytes] * link.size)
+        if any(int(f[-1]) for f in gathered):
+            return Result(None, None)
+        messages = [self._parse_message(f[:-1], q, n, r) for r, f in enumerate(gathered)]
+        total = out if out is not None else torch.empty_like(flat)
+        part = torch.empty_like(flat) if link.size > 1 else total
+        own_values = None
+        for r, enc in enumerate(messages):
+            into = total if r == 0 else part
+            q.decode(enc, out=into, kernels=self.kernels)
+            if own and r == link.rank:
+                own_values = into.clone()
+            if r:
+                total += part
+        total /= link.size
+        return Result(total, own_values)
+
 
 TOPOLOGIES = tuple(Exchange.registry)
 
@@ -380,12 +443,14 @@ def make_exchange(
     link: Link,
     aggregate: str = "requantize",
     kernels: Kernels | None = None,
+    *,
+    own_scales: bool = False,
 ) -> Exchange:
     """The exchange named ``topology`` (``kernels``: the backend of its per-step operations and
-    its messages' ``encode``/``decode``, the torch reference by default); ``ValueError`` listing
-    the choices otherwise."""
+    its messages' ``encode``/``decode``, the torch reference by default; ``own_scales``: see
+    :meth:`AllGatherExchange.own_scales_mean`); ``ValueError`` listing the choices otherwise."""
     if topology not in Exchange.registry:
         raise ValueError(
             f"unknown topology {topology!r}; choose one of: {', '.join(Exchange.registry)}"
         )
-    return Exchange.registry[topology](quantizer, link, aggregate, kernels)
+    return Exchange.registry[topology](quantizer, link, aggregate, kernels, own_scales)

@@ -84,6 +84,10 @@ class Options:
       the sharded grid — instead of one a bucket, but none of it overlaps the backward pass.
       For TernGrad and QSGD the averaged gradients are the same bits either way (the scales
       are per parameter, the sums exact); the other quantizers' shards are cut elsewhere;
+    * ``own_scales``: each rank rounds on its own scales and sends them with its codes,
+      instead of the scales' MAX over the ranks (scalar sharing, the paper's Sec. 3.2): no
+      round to agree the scales, so one collective a bucket; topology ``allgather`` and the
+      shared-grid quantizers only (:meth:`~terngrad.comm.AllGatherExchange.own_scales_mean`);
     * ``seed``: every random draw of the exchange derives from it
       (:func:`~terngrad.kernels.stream_seed`);
     * ``timeout``: seconds a collective of the exchange waits before failing with
@@ -117,6 +121,10 @@ class Options:
     fuse_buckets: bool = setting(
         False, "exchange a step's DDP buckets together at the last one (fewer collective "
         "rounds, no overlap with the backward pass)", _X,
+    )  # fmt: skip
+    own_scales: bool = setting(
+        False, "each rank rounds on its own scales, sent with its codes (no scalar sharing): "
+        "one collective a bucket; topology allgather only", _X,
     )  # fmt: skip
     seed: int = setting(0, "seed of every random draw of the exchange", _X, INT64)
     timeout: float | None = setting(
@@ -156,7 +164,22 @@ class Options:
                 "policy 'auto' predicts the exchange of the shared-grid quantizers (terngrad, "
                 f"qsgd); {self.quantizer} has no such model: use policy 'quantize'"
             )
-        for name in ("error_feedback", "quantize_last", "fuse_buckets"):
+        if self.own_scales is True:
+            if not isinstance(q, SymmetricGrid):
+                _fail(
+                    f"own_scales rounds the shared-grid quantizers (terngrad, qsgd) on each "
+                    f"rank's own scales; {self.quantizer} has no shared grid: leave own_scales off"
+                )
+            if self.topology != "allgather":
+                _fail(
+                    "own_scales needs topology 'allgather': every rank decodes every rank's "
+                    f"codes on their sender's scales; {self.topology!r} sums codes on one "
+                    "shared grid"
+                )
+            if self.policy == "auto":
+                _fail("policy 'auto' models the exchange with scalar sharing: with own_scales "
+                      "use policy 'quantize'")  # fmt: skip
+        for name in ("error_feedback", "quantize_last", "fuse_buckets", "own_scales"):
             if not isinstance(getattr(self, name), bool):
                 _fail(f"{name} must be True or False, got {getattr(self, name)!r}")
         check_settings(self)  # min_numel, full_precision_steps, seed, timeout

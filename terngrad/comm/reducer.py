@@ -84,7 +84,12 @@ class Reducer:
         )  # fmt: skip
         self.side = Link(side, counter=self.link.counter)
         self.exchange = make_exchange(
-            options.topology, self.quantizer, self.link, options.aggregate, self.kernels
+            options.topology,
+            self.quantizer,
+            self.link,
+            options.aggregate,
+            self.kernels,
+            own_scales=options.own_scales,
         )
         self.memory = ErrorFeedback() if options.error_feedback else None
         self.generator = torch.Generator(device=device).manual_seed(

@@ -239,6 +239,13 @@ class Quantizer(ABC):
             scales, payload = self._encode(backend, flat, layout, draws, scale_t)
         else:  # nothing for a kernel to do
             scales, payload = self._encode_reference(flat, layout, draws, scale_t)
+        return self._message(grad, layout, scales, payload)
+
+    def _message(
+        self, grad: torch.Tensor, layout: Layout, scales: torch.Tensor, payload: torch.Tensor
+    ) -> Encoded:
+        """The message of this method holding ``scales`` and ``payload`` for ``grad`` (its
+        shape and dtype) in ``layout``."""
         return Encoded(
             method=self.name,
             shape=tuple(grad.shape),

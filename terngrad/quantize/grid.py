@@ -25,7 +25,7 @@ import torch
 from terngrad.quantize.base import Encoded, Quantizer, stochastic_round
 from terngrad.quantize.checks import check_finite, flat_gradient
 from terngrad.quantize.clipping import clip_to_sigma
-from terngrad.quantize.kernels import Draws, Kernels
+from terngrad.quantize.kernels import Draws, GridInput, Kernels
 from terngrad.quantize.layout import Layout
 from terngrad.wire import Codec
 
@@ -175,12 +175,17 @@ class SymmetricGrid(Quantizer):
         grid = kernels.grid_prepare(self, flat, layout)
         if not bool(torch.isfinite(grid.local).all()):
             check_finite(flat)  # a NaN or Inf makes its bucket's scale non-finite: says which
-        shared = grid.local if scale is None else scale
-        payload = torch.empty(
-            self.codec.nbytes(layout.numel), dtype=torch.uint8, device=flat.device
-        )
+        return self._pack(kernels, grid, grid.local if scale is None else scale, draws)
+
+    def _pack(
+        self, kernels: Kernels, grid: GridInput, shared: torch.Tensor, draws: Draws | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every digit of ``grid``'s gradient rounded on the grid of ``shared`` and packed in
+        one ``grid_pack``: the payload, and a dense float32 copy of ``shared``."""
+        layout, device = grid.layout, grid.flat.device
+        payload = torch.empty(self.codec.nbytes(layout.numel), dtype=torch.uint8, device=device)
         kernels.grid_pack(grid, shared, draws, 0, layout.numel, self.codec, payload)
-        scales = torch.empty(layout.n_buckets, device=flat.device)
+        scales = torch.empty(layout.n_buckets, device=device)
         return scales.copy_(shared.reshape(-1)), payload
 
     def _decode(

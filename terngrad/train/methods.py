@@ -137,6 +137,21 @@ METHODS: dict[str, Method] = {
         ),
         _hook("terngrad-ps", "terngrad parameter server", topology="ps"),
         _hook("terngrad-allgather", "terngrad all-gather", topology="allgather"),
+        _hook(
+            "terngrad-own",
+            "terngrad all-gather, each rank's own scales (no scalar sharing): one collective "
+            "a bucket",
+            topology="allgather",
+            own_scales=True,
+        ),
+        _hook(
+            "terngrad-own-fused",
+            "terngrad all-gather, each rank's own scales, a step's DDP buckets in one "
+            "exchange: one collective a step",
+            topology="allgather",
+            own_scales=True,
+            fuse_buckets=True,
+        ),
         _hook("terngrad-noclip", "terngrad sharded, no clipping", clip=None),
         _hook("terngrad-b512", "terngrad sharded, a scale per 512 elements", bucket_size=512),
         _hook("terngrad-b2048", "terngrad sharded, a scale per 2048 elements", bucket_size=2048),

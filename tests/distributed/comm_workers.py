@@ -61,9 +61,21 @@ def exchanges(rank: int, world: int) -> dict:
             out[(name, str(options), topology, aggregate, kernels)] = _measured(
                 link, exchange, g, layout, draws(rank), gen
             )
+    for (name, options), kernels in itertools.product(GRID, KERNELS):  # no scalar sharing
+        q = quantize.get(name, **options)
+        layout = Layout.of(g.numel(), SEGMENTS, q.bucket_size)
+        exchange = make_exchange("allgather", q, link, kernels=resolve(kernels), own_scales=True)
+        out[("own", name, str(options), kernels)] = _measured(
+            link, exchange, g, layout, draws(rank), None
+        )
     bad = g.clone()
     if rank == world - 1:
         bad[5] = float("nan")
+    for (name, options), kernels in itertools.product(GRID, KERNELS):
+        q = quantize.get(name, **options)
+        exchange = make_exchange("allgather", q, link, kernels=resolve(kernels), own_scales=True)
+        result = exchange.reduce(bad, Layout.of(g.numel(), SEGMENTS, q.bucket_size), None, None)
+        out[("own-nan", name, str(options), kernels)] = result
     for name, topology, kernels in itertools.product(("terngrad", "linear"), TOPOLOGIES, KERNELS):
         q = quantize.get(name)
         result = make_exchange(topology, q, link, kernels=resolve(kernels)).reduce(
@@ -113,6 +125,8 @@ def training(rank: int, world: int) -> dict:
         ("ps", "adam", {}),
         ("sharded", "momentum", {"quantizer": "signsgd", "error_feedback": True}),
         ("allgather", "momentum", {"quantizer": "qsgd", "error_feedback": True, "min_numel": 0}),
+        ("allgather", "momentum", {"own_scales": True}),
+        ("allgather", "adam", {"own_scales": True, "error_feedback": True, "min_numel": 0}),
     ]
     for topology, opt_name, options in cases:
         torch.manual_seed(0)
@@ -552,6 +566,7 @@ def fused_buckets(rank: int, world: int) -> dict:
         ("terngrad", {}),
         ("terngrad-ef", {"error_feedback": True}),
         ("qsgd", {"quantizer": "qsgd"}),
+        ("terngrad-own", {"topology": "allgather", "own_scales": True}),
     ):
         for fuse in (False, True):
             torch.manual_seed(0)

@@ -1,5 +1,6 @@
 """The distributed layer in real multi-process gloo runs (2 and 4 ranks, timeouts set)."""
 
+import itertools
 import math
 
 import comm_workers as w
@@ -76,6 +77,44 @@ def test_grid_exchange_is_the_exact_mean(exchanged, name, options, topology, ker
         got = out[(name, str(options), topology, "requantize", kernels)]
         assert torch.equal(got["mean"], mean), f"rank {rank}"
         assert torch.equal(got["own"], owns[rank])
+
+
+@pytest.mark.parametrize("kernels", w.KERNELS)
+@pytest.mark.parametrize("name, options", w.GRID, ids=str)
+def test_own_scales_give_the_rank_order_mean_in_one_collective(exchanged, name, options,
+                                                               kernels):  # fmt: skip
+    """``own_scales``: every rank rounds on its own scales; every rank gets the mean of the
+    decoded messages summed in rank order (rebuilt here, bit for bit), on both backends, and
+    sends its message (and a byte: finite or not) once to each other rank — no round of
+    scales before it."""
+    world, results = exchanged
+    q = quantize.get(name, **options)
+    grads = [w.local_gradient(r) for r in range(world)]
+    layout = Layout.of(grads[0].numel(), w.SEGMENTS, q.bucket_size)
+    owns = []
+    for r, g in enumerate(grads):
+        own = q.local_scales(g, w.SEGMENTS)
+        codes = q.quantize(g, layout, scale=own, uniform=w.draws(r).uniform(w.SEGMENTS))[1]
+        owns.append(q.decode_codes(own, codes - q.m, layout))
+    total = owns[0].clone()
+    for o in owns[1:]:
+        total += o
+    mean = total / world
+    shared = results[0][(name, str(options), "allgather", "requantize", kernels)]["mean"]
+    assert not torch.equal(mean, shared)  # a different estimate from scalar sharing's
+    message = q.message_nbytes(layout.numel, w.SEGMENTS) + 1
+    for rank, out in enumerate(results):
+        got = out[("own", name, str(options), kernels)]
+        assert torch.equal(got["mean"], mean), f"rank {rank}"
+        assert torch.equal(got["own"], owns[rank])
+        assert got["sent"] == got["received"] == (world - 1) * message
+
+
+def test_own_scales_skip_a_non_finite_step_on_every_rank(exchanged):
+    """The rank with a NaN flags its message: every rank sees the flag and skips."""
+    _, results = exchanged
+    for (name, options), kernels in itertools.product(w.GRID, w.KERNELS):
+        assert all(out[("own-nan", name, str(options), kernels)].mean is None for out in results)
 
 
 def test_grid_mean_is_unbiased_estimate_of_true_mean(exchanged):
@@ -318,21 +357,22 @@ def test_fused_buckets_give_the_same_bits_in_fewer_rounds():
     QSGD scale per parameter and sum exactly, so the parameters are the same bits as bucket by
     bucket (with error feedback too), in one exchange a step; its state loads unfused."""
     results = run(w.fused_buckets, 2)
+    sharded = ["all_reduce", "all_to_all", "all_gather"]  # scales, shards, sums
     for out in results:
-        for name in ("terngrad", "terngrad-ef", "qsgd"):
+        for name in ("terngrad", "terngrad-ef", "qsgd", "terngrad-own"):
             plain, fused = out[name, False], out[name, True]
             for a, b in zip(plain["params"], fused["params"], strict=True):
                 assert torch.equal(a, b), name
             buckets = plain["rounds"].count("bucket")
             assert buckets == fused["rounds"].count("bucket") >= 3  # several DDP buckets
             collectives = [r for r in plain["rounds"] if r != "bucket"]
-            # bucket by bucket: the weights' buckets three rounds each (scales, all-to-all,
-            # all-gather), the fp32 tensors one all-reduce started with the last bucket
-            quantized = (len(collectives) - 1) // 3
+            # bucket by bucket: the weights' buckets three rounds each (with own scales one,
+            # the all-gather), the fp32 tensors one all-reduce started with the last bucket
+            rounds = ["all_gather"] if name == "terngrad-own" else sharded
+            quantized = (len(collectives) - 1) // len(rounds)
             assert quantized >= 2 and collectives.count("start_all_reduce") == 1
-            assert [r for r in fused["rounds"] if r != "bucket"] == [
-                "start_all_reduce", "all_reduce", "all_to_all", "all_gather"
-            ]  # fmt: skip
+            assert collectives.count("all_gather") == quantized
+            assert [r for r in fused["rounds"] if r != "bucket"] == ["start_all_reduce", *rounds]
         assert out["loaded"] > 0
         assert out["synchronizer"].startswith("fuse_buckets is the DDP hook's")
     for a, b in zip(results[0]["terngrad", True]["params"], results[1]["terngrad", True]["params"],

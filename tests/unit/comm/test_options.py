@@ -9,6 +9,7 @@ import torch
 
 import terngrad.ddp
 from terngrad.comm import Options
+from terngrad.comm.agreement import check_saved_config
 from terngrad.quantize import get
 
 
@@ -97,9 +98,21 @@ def test_options_say_how_they_differ():
         ({"timeout": 0}, "timeout must be a positive number"),
         ({"timeout": float("inf")}, "timeout"),
         ({"timeout": float("nan")}, "timeout"),
+        ({"own_scales": True}, "own_scales needs topology 'allgather'"),
+        ({"own_scales": True, "topology": "allgather", "quantizer": "linear"}, "no shared grid"),
+        ({"own_scales": True, "topology": "allgather", "policy": "auto"}, "policy 'auto'"),
+        ({"own_scales": "yes"}, "own_scales must be True or False"),
     ],
 )
 def test_options_refuse_bad_values_in_one_line(change, message):
     with pytest.raises(ValueError, match=message) as exc:
         Options(**change)
     assert "\n" not in str(exc.value)
+
+
+def test_a_hook_state_saved_before_policy_and_own_scales_existed_loads():
+    """Such a state had their defaults; one saved with other values is refused by name."""
+    config = {"policy": "quantize", "own_scales": False, "seed": 0}
+    check_saved_config(config, {"seed": 0})
+    with pytest.raises(ValueError, match="own_scales"):
+        check_saved_config({**config, "own_scales": True}, {"seed": 0})
