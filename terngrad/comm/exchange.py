@@ -413,19 +413,28 @@ class AllGatherExchange(Exchange, name="allgather"):
         scales, payload = q._pack(
             self.kernels, grid, grid.local if finite else torch.zeros_like(grid.local), draws
         )
-        frame = q._message(flat, layout, scales, payload).to_frame()
+        mine = q._message(flat, layout, scales, payload)
+        frame = mine.to_frame()
         flag = torch.tensor([0 if finite else 1], dtype=torch.uint8, device=frame.device)
         nbytes = q.message_nbytes(n, layout.segments) + 1
         gathered = link.all_gather(torch.cat([frame, flag]), [nbytes] * link.size)
         if any(int(f[-1]) for f in gathered):
             return Result(None, None)
         messages = [self._parse_message(f[:-1], q, n, r) for r, f in enumerate(gathered)]
+        form = (mine.codec, mine.levels, mine.bucket_size, mine.segments)
+        for r, enc in enumerate(messages):
+            if (enc.codec, enc.levels, enc.bucket_size, enc.segments) != form:
+                raise ExchangeMismatch(
+                    f"rank {r} sent a message of another codec, levels, buckets or segments "
+                    "than this rank's: the ranks disagree on the bucket layout or the quantizer"
+                )
         total = out if out is not None else torch.empty_like(flat)
         part = torch.empty_like(flat) if link.size > 1 else total
         own_values = None
         for r, enc in enumerate(messages):
             into = total if r == 0 else part
-            q.decode(enc, out=into, kernels=self.kernels)
+            # checked above against this rank's own message: the same form, intact (CRC-32)
+            q._decode(self.kernels, enc, layout, into)
             if own and r == link.rank:
                 own_values = into.clone()
             if r:
