@@ -56,7 +56,8 @@ LOSS_GAP = 0.02
 BYTES_FACTOR = 10.0
 METHODS = ("fp32", "fp16", "terngrad", "terngrad-b512", "terngrad-b2048", "terngrad-ef",
            "terngrad-fp", "terngrad-b512-fp", "terngrad-momentum", "terngrad-localvar",
-           "terngrad-localvar-all", "fp32-localvar", "qsgd-5", "orq-5")  # fmt: skip
+           "terngrad-localvar-all", "terngrad-localvar-all-noclip", "fp32-localvar", "qsgd-5",
+           "orq-5")  # fmt: skip
 
 
 #: the language models the comparison runs
