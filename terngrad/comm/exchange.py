@@ -395,7 +395,8 @@ class AllGatherExchange(Exchange, name="allgather"):
         on its sender's own scales ``s_r`` — Eq. 4 with ``s`` the rank's own
         ``max |g_r|`` (``‖g_r‖`` for QSGD) instead of the MAX over the ranks (scalar sharing,
         Sec. 3.2) — in **one** collective: the all-gather of the messages, scales included.
-        Every rank decodes the N messages and sums ``s_r b_r`` in rank order, then divides
+        Every rank decodes the N messages and sums ``s_r b_r`` in rank order (each message
+        decoded and added in one pass: ``decode_into(..., accumulate=True)``), then divides
         by N: the same float operations on every rank, so the replicas stay bitwise
         identical; the sum is exact in the sense that every rank computes the same bits, not
         an integer sum (the grid differs between senders). Unbiased as with sharing, with
@@ -420,25 +421,24 @@ class AllGatherExchange(Exchange, name="allgather"):
         gathered = link.all_gather(torch.cat([frame, flag]), [nbytes] * link.size)
         if any(int(f[-1]) for f in gathered):
             return Result(None, None)
-        messages = [self._parse_message(f[:-1], q, n, r) for r, f in enumerate(gathered)]
         form = (mine.codec, mine.levels, mine.bucket_size, mine.segments)
-        for r, enc in enumerate(messages):
+        total = out if out is not None else torch.empty_like(flat)
+        own_values = torch.empty_like(flat) if own else None
+        for r, f in enumerate(gathered):
+            enc = self._parse_message(f[:-1], q, n, r)  # intact (CRC-32), of this method
             if (enc.codec, enc.levels, enc.bucket_size, enc.segments) != form:
                 raise ExchangeMismatch(
                     f"rank {r} sent a message of another codec, levels, buckets or segments "
                     "than this rank's: the ranks disagree on the bucket layout or the quantizer"
                 )
-        total = out if out is not None else torch.empty_like(flat)
-        part = torch.empty_like(flat) if link.size > 1 else total
-        own_values = None
-        for r, enc in enumerate(messages):
-            into = total if r == 0 else part
-            # checked above against this rank's own message: the same form, intact (CRC-32)
-            q._decode(self.kernels, enc, layout, into)
-            if own and r == link.rank:
-                own_values = into.clone()
-            if r:
-                total += part
+            if own_values is not None and r == link.rank:
+                q._decode(self.kernels, enc, layout, own_values)
+                if r:
+                    total += own_values
+                else:
+                    total.copy_(own_values)
+            else:  # decoded and added in one pass: the bits of decoding, then adding
+                q._decode(self.kernels, enc, layout, total, accumulate=r > 0)
         total /= link.size
         return Result(total, own_values)
 

@@ -552,14 +552,47 @@ def _values_into(rows, digits, off, sc, divisor, limit):
             flat[j] = ((src[j] - off) * sc) / divisor
 
 
+@njit(inline="always", **_OPTS)
+def _digit(row, ds, j):
+    """Digit ``j``: ``ds[j]``, or ``row[ds[j]]`` where ``ds`` holds bytes and ``row`` their
+    digits (``row`` None: compiled away)."""
+    if row is None:
+        return np.float32(ds[j])
+    return np.float32(row[ds[j]])
+
+
 @njit(**_OPTS)
-def _decode_bytes(src, a, e, last, k, wlimit, digits, off, divisor, limit, lo, bstarts, scale, out):
+def _formula_into(row, ds, sc, off, divisor, limit, acc, os):
+    """``os[j] = ((d_j - off) * sc) / divisor``, float32, ``d_j`` digit ``j`` (:func:`_digit`)
+    — ``(d_j - off) * (sc / divisor)`` where ``sc > limit`` (``c * s`` could overflow: as
+    ``quantize.grid.grid_decode``) — or that added to ``os[j]`` where ``acc``."""
+    if sc > limit:
+        sd = sc / divisor
+        if acc:
+            for j in range(ds.size):
+                os[j] += (_digit(row, ds, j) - off) * sd
+        else:
+            for j in range(ds.size):
+                os[j] = (_digit(row, ds, j) - off) * sd
+    elif acc:
+        for j in range(ds.size):
+            os[j] += ((_digit(row, ds, j) - off) * sc) / divisor
+    else:
+        for j in range(ds.size):
+            os[j] = ((_digit(row, ds, j) - off) * sc) / divisor
+
+
+@njit(**_OPTS)
+def _decode_bytes(
+    src, a, e, last, k, wlimit, digits, off, divisor, limit, lo, bstarts, scale, acc, out
+):
     """``out[a:e]`` from the task's bytes ``src`` of ``k`` digits each (planar blocks, see
     :mod:`terngrad.wire.pack`), ``digits`` their table (:func:`_digit_table`): a plane of a
     block is ``out[j] = values[t, src[j]]``, the table of the bucket's values (built once per
     bucket and task, :func:`_values_into`) where the bucket holds at least
     ``_TABLE_MIN_PER_DIGIT * k`` of the task's elements, else the formula on ``digits[t,
-    src[j]]``. False for a byte ``>= wlimit`` or, in the ``last`` task, non-zero padding."""
+    src[j]]`` (added to ``out[j]`` where ``acc``). False for a byte ``>= wlimit`` or, in the
+    ``last`` task, non-zero padding."""
     values = np.empty((k, 256), np.float32)
     tabled = -1  # the bucket whose values ``values`` holds
     ok = True
@@ -592,27 +625,24 @@ def _decode_bytes(src, a, e, last, k, wlimit, digits, off, divisor, limit, lo, b
                         _values_into(values, digits, off, scale[b], divisor, limit)
                         tabled = b
                     row = values[t]
-                    for j in range(ws.size):
-                        os[j] = row[ws[j]]
-                else:
-                    row = digits[t]
-                    sc = scale[b]
-                    if sc > limit:
-                        sd = sc / divisor
+                    if acc:
                         for j in range(ws.size):
-                            os[j] = (row[ws[j]] - off) * sd
+                            os[j] += row[ws[j]]
                     else:
                         for j in range(ws.size):
-                            os[j] = ((row[ws[j]] - off) * sc) / divisor
+                            os[j] = row[ws[j]]
+                else:
+                    _formula_into(digits[t], ws, scale[b], off, divisor, limit, acc, os)
                 i = stop
     return ok
 
 
 @kernel()
 def decode_packed(
-    payload, n, kind, param, k, w, offset, divisor, limit, lo, bstarts, scale, chunk, out
+    payload, n, kind, param, k, w, offset, divisor, limit, lo, bstarts, scale, chunk, acc, out
 ):
-    """``out[j] = (float32(d_j - offset) * s_b) / divisor`` for the ``n`` digits of
+    """``out[j] = (float32(d_j - offset) * s_b) / divisor`` (``out[j] +=`` that where ``acc``:
+    one pass over ``out`` where decoding and then adding would make three) for the ``n`` digits of
     ``payload``, element ``j`` standing for flat element ``lo + j`` of bucket ``b`` —
     ``float32(d_j - offset) * (s_b / divisor)`` in a bucket whose scale exceeds ``limit``
     (``quantize.grid.grid_decode``: no overflow); returns False if the payload is corrupt.
@@ -636,7 +666,7 @@ def decode_packed(
         if in_bytes:
             ok[c] = _decode_bytes(
                 src, a, e, e == n, k, wlimit, digits_of, off, divisor, limit, lo, bstarts,
-                scale, out,
+                scale, acc, out,
             )  # fmt: skip
         else:
             digits = np.empty(e - a, np.uint16)
@@ -647,16 +677,9 @@ def decode_packed(
                 while bstarts[b + 1] <= lo + i:
                     b += 1
                 stop = min(e, bstarts[b + 1] - lo)
-                ds = digits[i - a : stop - a]
-                os = out[i:stop]
-                sc = scale[b]
-                if sc > limit:  # c * s could overflow: c * (s / divisor), as the reference
-                    sd = sc / divisor
-                    for j in range(ds.size):
-                        os[j] = (np.float32(ds[j]) - off) * sd
-                else:
-                    for j in range(ds.size):
-                        os[j] = ((np.float32(ds[j]) - off) * sc) / divisor
+                _formula_into(
+                    None, digits[i - a : stop - a], scale[b], off, divisor, limit, acc, out[i:stop]
+                )
                 i = stop
     return ok.all()
 

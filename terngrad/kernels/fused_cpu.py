@@ -173,7 +173,9 @@ class NumbaKernels(Kernels, name="numba", devices=("cpu",)):
         if not ok:
             raise ValueError(f"{codec} payload holds an invalid word or padding (corrupted data)")
 
-    def decode_into(self, out, payload, codec, offset, divisor, lo, layout, scales):
+    def decode_into(
+        self, out, payload, codec, offset, divisor, lo, layout, scales, accumulate=False
+    ):
         _check_out(out, torch.device("cpu"))
         _check_range(lo, out.numel(), layout, scales)
         _check_payload(payload, codec, out.numel())
@@ -181,7 +183,7 @@ class NumbaKernels(Kernels, name="numba", devices=("cpu",)):
             self._cpu.decode_packed, _np(payload), out.numel(), *_codec_args(codec), offset,
             np.float32(divisor), np.float32(overflow_limit(offset)), lo,
             _np(layout.bucket_starts), _np(scales.to(torch.float32)),
-            _chunk(codec), out.numpy(),
+            _chunk(codec), accumulate, out.numpy(),
         )  # fmt: skip
         if not ok:
             raise ValueError(f"{codec} payload holds an invalid word or padding (corrupted data)")

@@ -199,7 +199,14 @@ class TritonKernels(Kernels, name="triton", devices=("cuda",)):
             raise ValueError(f"{codec} payload holds an invalid word or padding (corrupted data)")
         out.copy_(target)
 
-    def decode_into(self, out, payload, codec, offset, divisor, lo, layout, scales):
+    def decode_into(
+        self, out, payload, codec, offset, divisor, lo, layout, scales, accumulate=False
+    ):
+        if accumulate:  # the Triton kernel writes: decode into a buffer, then add it
+            values = torch.empty_like(out)
+            self.decode_into(values, payload, codec, offset, divisor, lo, layout, scales)
+            out += values
+            return
         _check_out(out, out.device)
         _check_range(lo, out.numel(), layout, scales)
         spec = _triton_codec(codec)

@@ -189,16 +189,22 @@ class SymmetricGrid(Quantizer):
         return scales.copy_(shared.reshape(-1)), payload
 
     def _decode(
-        self, kernels: Kernels, encoded: Encoded, layout: Layout, out: torch.Tensor | None
+        self,
+        kernels: Kernels,
+        encoded: Encoded,
+        layout: Layout,
+        out: torch.Tensor | None,
+        accumulate: bool = False,
     ) -> torch.Tensor:
         """On ``kernels``: ``s (d - m) / m`` per element (``decode_into``), ``m`` from the
-        message's levels, into ``out`` or a new tensor on the payload's device."""
+        message's levels, into ``out`` (added to it with ``accumulate``) or a new tensor on the
+        payload's device."""
         device = encoded.payload.device if out is None else out.device
         payload = self._digit_payload(encoded, device)
         flat = torch.empty(layout.numel, device=device) if out is None else out
         m = (encoded.levels - 1) // 2
         scales = encoded.scales.to(device, torch.float32)
-        kernels.decode_into(flat, payload, encoded.codec, m, m, 0, layout, scales)
+        kernels.decode_into(flat, payload, encoded.codec, m, m, 0, layout, scales, accumulate)
         return flat
 
     def _expected_sq_error(self, flat, layout, scale, kernels=None):

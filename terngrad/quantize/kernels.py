@@ -150,12 +150,14 @@ class Kernels(ABC):
         lo: int,
         layout: Layout,
         scales: torch.Tensor,
+        accumulate: bool = False,
     ) -> None:
         """``out[j] = float32(d_j - offset) * s / divisor`` (float32, in that order; in a
         bucket whose ``s`` exceeds ``overflow_limit(offset)``, ``float32(d_j - offset) *
         (s / divisor)``: see ``quantize.grid.grid_decode``), ``d_j`` the payload's digits and
         ``s`` the scale of the bucket holding flat element ``lo + j``; ``ValueError`` if the
-        payload is corrupt."""
+        payload is corrupt. With ``accumulate``, ``out[j] +=`` that value (float32): the bits
+        of decoding into a buffer and adding it, in one pass over ``out``."""
 
     @abstractmethod
     def uniform(

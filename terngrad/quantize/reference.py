@@ -39,10 +39,16 @@ class TorchKernels(Kernels, name="torch"):
         total = sum(codec.unpack(p, numel).to(torch.int64) for p in payloads)
         out.copy_(out_codec.pack(total))
 
-    def decode_into(self, out, payload, codec, offset, divisor, lo, layout, scales):
+    def decode_into(
+        self, out, payload, codec, offset, divisor, lo, layout, scales, accumulate=False
+    ):
         digits = codec.unpack(payload, out.numel()).to(torch.int64) - offset
         s_el = layout.expand(scales)[lo : lo + out.numel()]
-        out.copy_(grid_decode(digits, s_el, offset, divisor))
+        values = grid_decode(digits, s_el, offset, divisor)
+        if accumulate:
+            out += values
+        else:
+            out.copy_(values)
 
     def uniform(self, streams, layout, device="cpu"):
         return streams.uniform(layout.segments).to(device)

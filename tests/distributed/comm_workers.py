@@ -68,6 +68,9 @@ def exchanges(rank: int, world: int) -> dict:
         out[("own", name, str(options), kernels)] = _measured(
             link, exchange, g, layout, draws(rank), None
         )
+        inplace = g.clone()  # into the gradient itself, this rank's own message not kept apart
+        result = exchange.reduce(inplace, layout, draws(rank), None, out=inplace, own=False)
+        out[("own-inplace", name, str(options), kernels)] = (result.mean, result.own, inplace)
     bad = g.clone()
     if rank == world - 1:
         bad[5] = float("nan")

@@ -108,6 +108,8 @@ def test_own_scales_give_the_rank_order_mean_in_one_collective(exchanged, name, 
         assert torch.equal(got["mean"], mean), f"rank {rank}"
         assert torch.equal(got["own"], owns[rank])
         assert got["sent"] == got["received"] == (world - 1) * message
+        mean_inplace, own, written = out[("own-inplace", name, str(options), kernels)]
+        assert own is None and torch.equal(mean_inplace, mean) and torch.equal(written, mean)
 
 
 def test_own_scales_skip_a_non_finite_step_on_every_rank(exchanged):
