@@ -19,10 +19,6 @@ REF, FUSED = TorchKernels(), NumbaKernels()
 CODECS = [Codec.base(3), Codec.nbit(2), Codec.nbit(1), Codec.nbit(4)]
 
 
-def _base(codec: Codec) -> int:
-    return codec.param if codec.kind == "base" else 2**codec.param
-
-
 def _decoded(backend, payload, codec, numel, offset, divisor, lo, layout, scales):
     out = torch.full((numel,), float("nan"))
     backend.decode_into(out, payload, codec, offset, divisor, lo, layout, scales)
@@ -31,7 +27,7 @@ def _decoded(backend, payload, codec, numel, offset, divisor, lo, layout, scales
 
 @pytest.mark.parametrize("codec", CODECS, ids=str)
 def test_the_digit_table_is_the_reference_unpack_of_every_byte(codec):
-    base = _base(codec)
+    base = codec.capacity
     k, w = word_layout(base)
     assert w == 1
     table = _digit_table(base, k)
@@ -42,7 +38,7 @@ def test_the_digit_table_is_the_reference_unpack_of_every_byte(codec):
 
 @pytest.mark.parametrize("codec", CODECS, ids=str)
 def test_every_byte_value_decodes_as_the_reference(codec):
-    base = _base(codec)
+    base = codec.capacity
     k = word_layout(base)[0]
     payload = torch.arange(base**k, dtype=torch.uint8).repeat(12)  # every byte value
     numel = payload.numel() * k
@@ -61,7 +57,7 @@ def test_random_payloads_of_every_length_decode_as_the_reference(codec, extra):
     """``k * BLOCK_WORDS * 7 + extra`` digits (several tasks, a last partial block and byte)
     standing for flat elements ``5 ..`` of layouts of one bucket a segment (tables of values),
     buckets of 3 bytes (the formula) and both, a scale past the overflow limit in each."""
-    base = _base(codec)
+    base = codec.capacity
     k = word_layout(base)[0]
     numel = k * 1024 * 7 + extra
     gen = torch.Generator().manual_seed(extra)

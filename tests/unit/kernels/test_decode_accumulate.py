@@ -18,10 +18,6 @@ BACKENDS = {"torch": TorchKernels(), "numba": NumbaKernels()}
 CODECS = [Codec.base(3), Codec.nbit(2), Codec.base(9), Codec.base(17)]
 
 
-def _base(codec: Codec) -> int:
-    return codec.param if codec.kind == "base" else 2**codec.param
-
-
 def _layouts(numel: int, k: int) -> list[Layout]:
     """Flat elements ``5 ..`` of: one bucket a segment (tables), buckets of ``3 k`` (the
     formula), and large buckets of both kinds."""
@@ -38,7 +34,7 @@ def _layouts(numel: int, k: int) -> list[Layout]:
 @pytest.mark.parametrize("extra", (0, 3))
 def test_accumulate_is_the_sum_of_the_buffer_and_a_fresh_decode(backend, codec, extra):
     kernels = BACKENDS[backend]
-    base = _base(codec)
+    base = codec.capacity
     k = word_layout(base)[0]
     numel = k * 1024 * 5 + extra
     gen = torch.Generator().manual_seed(extra)
@@ -61,7 +57,7 @@ def test_accumulate_is_the_sum_of_the_buffer_and_a_fresh_decode(backend, codec, 
 
 @pytest.mark.parametrize("codec", CODECS, ids=str)
 def test_the_backends_accumulate_alike(codec):
-    base = _base(codec)
+    base = codec.capacity
     numel = 40_000
     gen = torch.Generator().manual_seed(3)
     payload = codec.pack(torch.randint(0, base, (numel,), generator=gen))
