@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -25,10 +27,25 @@ EXAMPLES = REPO / "examples"
 TEARDOWN_ABORT = "terminate called without an active exception"
 
 
+def teardown_abort_only(stderr: str) -> bool:
+    """Whether a failed torchrun's stderr shows nothing but :data:`TEARDOWN_ABORT`: a worker
+    aborted (SIGABRT) after printing the message, the launcher sent SIGTERM to the rest, and the
+    only traceback is the launcher's own ``ChildFailedError`` report. A worker's Python error
+    (exit code 1, its own traceback) or any other signal is a real failure."""
+    codes = [int(c) for c in re.findall(r"exitcode\s*:\s*(-?\d+)", stderr)]
+    return (
+        TEARDOWN_ABORT in stderr
+        and stderr.count("Traceback (most recent call last)") == 1
+        and "raise ChildFailedError(" in stderr
+        and -signal.SIGABRT in codes
+        and set(codes) <= {-signal.SIGABRT, -signal.SIGTERM}
+    )
+
+
 def run_example(script: str, *args: str) -> subprocess.CompletedProcess:
     """Run ``examples/script`` on 2 ranks under torchrun. It must succeed — or have done all its
-    work and then hit only torch's teardown abort (:data:`TEARDOWN_ABORT`: no traceback, no
-    other error), which the exit code alone cannot tell from a failure."""
+    work and then hit only torch's teardown abort (:func:`teardown_abort_only`), which the exit
+    code alone cannot tell from a failure; the callers check that the work was all done."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
@@ -37,7 +54,7 @@ def run_example(script: str, *args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
     log = done.stdout[-2000:] + done.stderr[-4000:]
     if done.returncode != 0:
-        assert TEARDOWN_ABORT in done.stderr and "Traceback" not in done.stderr, log
+        assert teardown_abort_only(done.stderr), log
     return done
 
 
@@ -153,3 +170,35 @@ def test_accelerate_register_refuses_what_accelerate_would_ignore():
     handler.comm_hook = DDPCommunicationHookType.NO
     with pytest.raises(TypeError, match="prepare the model first"):
         register(accelerator, nn.Linear(2, 2))
+
+
+#: the shape of a failed torchrun's stderr, its exit codes and tracebacks filled in per case
+LAUNCHER_REPORT = """{worker}W1203 17:18:17 api.py:1028] Sending process 11 closing signal SIGTERM
+Traceback (most recent call last):
+  File "torch/distributed/launcher/api.py", line 383, in launch_agent
+    raise ChildFailedError(
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+Failures:
+[1]:
+  exitcode  : {other} (pid: 11)
+Root Cause (first observed failure):
+[0]:
+  exitcode  : {root} (pid: 10)
+"""
+
+
+@pytest.mark.parametrize(
+    ("worker", "root", "other", "only_teardown"),
+    [
+        (TEARDOWN_ABORT + "\n", -6, -15, True),  # rank 0 aborted at exit, rank 1 was stopped
+        (TEARDOWN_ABORT + "\n", -6, -6, True),  # both aborted at exit
+        ("", -6, -15, False),  # an abort without torch's teardown message
+        (TEARDOWN_ABORT + "\n", 1, -15, False),  # a worker's own error exit
+        (TEARDOWN_ABORT + "\n", -11, -15, False),  # a crash, not the abort
+        (TEARDOWN_ABORT + "\nTraceback (most recent call last):\nValueError: x\n", -6, -15, False),
+    ],
+    ids=["abort+term", "abort+abort", "no-message", "exit-1", "segfault", "worker-traceback"],
+)
+def test_only_torchs_teardown_abort_is_forgiven(worker, root, other, only_teardown):
+    stderr = LAUNCHER_REPORT.format(worker=worker, root=root, other=other)
+    assert teardown_abort_only(stderr) is only_teardown
