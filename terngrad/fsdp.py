@@ -57,6 +57,7 @@ from torch import nn
 from terngrad.comm.agreement import check_same_config, check_saved_config, exchange_config
 from terngrad.comm.link import Link
 from terngrad.comm.memory import ErrorFeedback
+from terngrad.comm.methods import hook_options
 from terngrad.comm.options import Options
 from terngrad.comm.plans import full_precision_names, last_layer_names
 from terngrad.comm.reduce_scatter import grid_reduce_scatter
@@ -345,7 +346,7 @@ def register(model: nn.Module, quantizer: str | Options = "terngrad", **options:
     ``options``: as :class:`terngrad.ddp.Options` (``bucket_size=512`` among the quantizer's
     options, ``error_feedback``, ``quantize_last``, ``min_numel``, ``full_precision_steps``,
     ``seed``, ``timeout``). Every rank must call it alike (it checks, with a collective)."""
-    opts = quantizer if isinstance(quantizer, Options) else Options.of(quantizer, **options)
+    opts = quantizer if isinstance(quantizer, Options) else hook_options(quantizer, **options)
     if isinstance(quantizer, Options) and options:
         raise TypeError("give either an Options object or keyword options, not both")
     groups, process_group = _fsdp_groups(model, opts)

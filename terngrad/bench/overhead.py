@@ -42,11 +42,13 @@ from typing import Any
 
 import torch
 
+from terngrad.comm.methods import Method, get, select
+
 CODEC = ("grid_prepare", "grid_pack", "sum_packed", "decode_into", "level_fit", "level_pack",
          "level_decode")  # fmt: skip
 FRAMES = ("new_frame", "seal_frame", "read_frame")
 COLLECTIVES = ("all_reduce", "all_to_all", "all_gather", "gather", "broadcast")
-METHODS = ("fp32", "fp16", "terngrad")
+DEFAULT_METHODS = ("fp32", "fp16", "terngrad")
 #: per-rank input sizes small enough for 4 ranks on a laptop's cores
 BATCH = {"lenet": 64, "cifarnet": 64, "alexnet": 8}
 
@@ -170,7 +172,6 @@ def _rank(rank: int, world: int, port: int, args: dict[str, Any], result: str) -
     from torch import nn
 
     import terngrad.ddp
-    from terngrad.train import methods as table
     from terngrad.train import models
 
     torch.set_num_threads(1)
@@ -220,7 +221,7 @@ def _rank(rank: int, world: int, port: int, args: dict[str, Any], result: str) -
         elif method == "fp16":
             ddp.register_comm_hook(dist.group.WORLD, _fp16_hook(clock))
         else:
-            state = terngrad.ddp.State(options=table.get(method).exchange)
+            state = terngrad.ddp.State(options=get(method).options())
             ddp.register_comm_hook(state, _timed_hook(terngrad.ddp.hook, clock))
             steps(ddp, 1)  # the state is built at its first use
             instrument(state, clock)
@@ -240,19 +241,22 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
+def honoured(method: Method) -> Method:
+    """``method``, if this benchmark runs all of it: DDP's fp32 all-reduce, the fp16 hook and
+    terngrad's hook on SGD steps (no optimizer recipe, no warm-up); one line otherwise."""
+    return method.require("bench overhead", baselines=("fp32", "fp16"))
+
+
 def measure(
-    model: str, workers: int = 4, methods: Sequence[str] = METHODS, steps: int = 20,
+    model: str, workers: int = 4, methods: Sequence[str] = DEFAULT_METHODS, steps: int = 20,
     warmup: int = 5, batch_size: int | None = None, timeout: float = 600.0,
 ) -> dict[str, Any]:  # fmt: skip
     """Run ``workers`` ranks on this machine and return the summary (:func:`summarise`)."""
     from terngrad import kernels
-    from terngrad.train import methods as table
     from terngrad.train import models
 
     models.default_input_shape(model)  # an unknown model fails here
-    for name in methods:
-        if name not in ("fp32", "fp16") and table.get(name).exchange is None:
-            raise ValueError(f"{name}: bench overhead times fp32, fp16 and terngrad's hook")
+    methods = [honoured(m).name for m in select(methods)]
     kernels.warm_up(levels=True, threads=1)  # the ranks' build, compiled once here
     args = {"model": model, "methods": list(methods), "steps": steps, "warmup": warmup,
             "batch_size": batch_size or BATCH.get(model, 32), "timeout": timeout}  # fmt: skip

@@ -4,9 +4,9 @@ A step of N workers, each with compute time ``C`` (forward ``F = f C``, backward
 
 * **Gradients** become ready during the backward pass, last layer first. Parameter ``p`` is ready
   at ``F + r_p (C - F)``, with ``r_p`` the share of backward work (2 x forward FLOPs of each
-  convolution and linear layer) done by then (:class:`Profile`). DDP groups parameters into
-  buckets in that order (the first capped at 1 MiB, the others at 25 MiB); a bucket is ready
-  when its last parameter is.
+  convolution and linear layer) done by then (:class:`~terngrad.bench.profile.Profile`). DDP
+  groups parameters into buckets in that order (the first capped at 1 MiB, the others at
+  25 MiB); a bucket is ready when its last parameter is.
 * **Each bucket** is then encoded, sent and decoded, one bucket after the other (DDP's and our
   hook's communication runs in order): ``start_b = max(ready_b, end_{b-1})``,
   ``end_b = start_b + x_b + w_b``, with codec time ``x_b = κ n_b`` (``κ`` seconds per element
@@ -23,13 +23,10 @@ A step of N workers, each with compute time ``C`` (forward ``F = f C``, backward
 
 ``T = max(end of the last transfer, end of compute, C + Σ x_b + bytes / H)``.
 
-Traffic per bucket, per method (``n`` elements, ``N`` workers, ring all-reduce
-``2 (N-1)/N x bytes`` in ``2 (N-1)`` messages): fp32 ``4n`` and fp16 ``2n`` bytes ring
-all-reduced; PowerSGD (rank r) ring all-reduces the uncompressed tensors, then P (``Σ rows r``)
-and Q (``Σ cols r``) in fp32, three all-reduces; TernGrad and QSGD move exactly the frames of
-:func:`terngrad.comm.exchange.grid_traffic` for the hook's topology; the parameters the hook keeps
-in fp32 (the last layer, tensors under 1024 elements) go in one fp32 all-reduce at the end of the
-backward pass.
+What each bucket moves, per method (every method of the table: the bytes and messages of each
+collective, exactly as counted in a run), is :mod:`terngrad.bench.traffic_model`; ``bytes_b``
+is the most on any rank's critical path, ``messages_b`` the most any rank sends. The model of a
+model is :mod:`terngrad.bench.profile`.
 
 Calibration (:func:`calibrate`): from a testbed run with unshaped links, ``H`` is the rate that
 makes the model reproduce fp32's step, and each method's ``κ`` the one that reproduces its step.
@@ -40,233 +37,46 @@ each run's compute time and its link probe (an fp32 all-reduce alone).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-import torch
-from torch import nn
+from terngrad.bench import traffic_model
+from terngrad.bench.profile import Param, Profile, profile, profile_model
+from terngrad.comm import Options, methods
 
-from terngrad.comm import Options
-from terngrad.comm.plans import last_layer_names
-from terngrad.comm.traffic import grid_traffic, ring_bytes
-from terngrad.quantize import Layout, SymmetricGrid
-from terngrad.train import methods
-from terngrad.train.baselines import POWERSGD_RANK
+__all__ = [
+    "Cluster", "Param", "Profile", "Step", "method", "modelled", "predict", "profile",
+    "profile_model",
+]  # fmt: skip
 
-FIRST_BUCKET_BYTES = 2**20  # DDP's first bucket
-BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb default
 FORWARD_SHARE = 1 / 3  # backward costs about twice the forward pass
-
-
-@dataclass(frozen=True)
-class Param:
-    """One parameter tensor: its shape, when its gradient is ready (share of the backward pass
-    done), and whether it is in the model's last layer."""
-
-    name: str
-    shape: tuple[int, ...]
-    ready: float
-    last_layer: bool
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-
-@dataclass(frozen=True)
-class Profile:
-    """A model as the step model needs it: parameters in the order their gradients become
-    ready, and the forward FLOPs of one sample."""
-
-    model: str
-    params: tuple[Param, ...]
-    forward_flops: float
-
-    @property
-    def numel(self) -> int:
-        return sum(p.numel for p in self.params)
-
-    def buckets(
-        self, cap_bytes: int = BUCKET_BYTES, first_cap_bytes: int = FIRST_BUCKET_BYTES
-    ) -> list[tuple[Param, ...]]:
-        """DDP's buckets of fp32 gradients: parameters in ready order, a bucket closed once it
-        holds at least its cap (the first bucket's cap is ``first_cap_bytes``)."""
-        buckets, current, size, cap = [], [], 0, first_cap_bytes
-        for p in self.params:
-            current.append(p)
-            size += 4 * p.numel
-            if size >= cap:
-                buckets.append(tuple(current))
-                current, size, cap = [], 0, cap_bytes
-        if current:
-            buckets.append(tuple(current))
-        return buckets
-
-
-def profile(module: nn.Module, input_shape: Sequence[int], name: str = "model") -> Profile:
-    """The :class:`Profile` of ``module`` for inputs of ``input_shape`` (one sample is run
-    forward to count the FLOPs of its convolutions and linear layers, 2 per multiply-add)."""
-    flops: list[tuple[nn.Module, float]] = []
-
-    def count(m: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
-        if isinstance(m, nn.Conv2d):
-            per_output = m.in_channels // m.groups * math.prod(m.kernel_size)
-            flops.append((m, 2.0 * output.numel() * per_output))
-        elif isinstance(m, nn.Linear):
-            flops.append((m, 2.0 * output.numel() * m.in_features))
-        elif next(m.parameters(recurse=False), None) is not None:
-            flops.append((m, 0.0))  # normalisation layers: parameters, negligible work
-
-    handles = [m.register_forward_hook(count) for m in module.modules()]
-    try:
-        with torch.no_grad():
-            was_training = module.training
-            module.eval()
-            module(torch.zeros(1, *input_shape))
-            module.train(was_training)
-    finally:
-        for h in handles:
-            h.remove()
-    total = sum(f for _, f in flops) or 1.0
-    ready: dict[int, float] = {}
-    done = 0.0
-    for m, f in reversed(flops):  # backward: last module first
-        done += f
-        for p in m.parameters(recurse=False):
-            ready.setdefault(id(p), done / total)
-    last = last_layer_names(module)
-    params = [
-        Param(n, tuple(p.shape), ready.get(id(p), 1.0), n in last)
-        for n, p in module.named_parameters()
-        if p.requires_grad
-    ]
-    order = sorted(range(len(params)), key=lambda i: (params[i].ready, -i))
-    return Profile(name, tuple(params[i] for i in order), sum(f for _, f in flops))
-
-
-def profile_model(
-    name: str, input_shape: Sequence[int] | None = None, num_classes: int = 10
-) -> Profile:
-    """The :class:`Profile` of one of :mod:`terngrad.train.models`, as the testbed builds it."""
-    from terngrad.train import models
-
-    shape = tuple(input_shape) if input_shape else models.default_input_shape(name)
-    torch.manual_seed(0)
-    return profile(models.build(name, shape, num_classes), shape, name)
 
 
 # --------------------------------------------------------------------------- methods
 
 
-@dataclass(frozen=True)
-class Wire:
-    """One bucket's traffic: the most bytes on any rank's critical path (see
-    :class:`~terngrad.comm.exchange.Traffic`), the bytes every rank sends on average, messages
-    on the critical path, and the elements the codec touches."""
-
-    busiest: int
-    mean_sent: float
-    messages: int
-    codec_elements: int
+def _not_modelled(x: Options) -> str | None:
+    if x.policy != "quantize":
+        return f"policy {x.policy!r} chooses per bucket at run time"
+    if x.aggregate == "coherent":
+        return "the agreement of coherent levels is not modelled"
+    return None
 
 
-def _ring(nbytes: int, world: int) -> Wire:
-    b = ring_bytes(nbytes, world)
-    return Wire(b, b, 2 * (world - 1), 0)
-
-
-def _plus(a: Wire, b: Wire) -> Wire:
-    return Wire(
-        a.busiest + b.busiest,
-        a.mean_sent + b.mean_sent,
-        a.messages + b.messages,
-        a.codec_elements + b.codec_elements,
+def method(name: str | methods.Method) -> methods.Method:
+    """The method ``name`` (any name of the rule, or an older one), if the model covers it:
+    every method of the table does; ``ValueError`` with one line otherwise."""
+    return methods.get(name).require(
+        "the performance model", recipe=True, warmup=True, exchange=_not_modelled
     )
 
 
-def _fp32(bucket: Sequence[Param], world: int) -> Wire:
-    return _ring(4 * sum(p.numel for p in bucket), world)
-
-
-def _fp16(bucket: Sequence[Param], world: int) -> Wire:
-    n = sum(p.numel for p in bucket)
-    return replace(_ring(2 * n, world), codec_elements=n)
-
-
-def _powersgd(bucket: Sequence[Param], world: int, rank: int = POWERSGD_RANK) -> Wire:
-    """PyTorch's powerSGD_hook: a matrix ``n x m`` (a tensor reshaped to its first dimension)
-    is compressed when ``2 (n + m) r < n m``; the rest is all-reduced as is."""
-    plain = p_side = q_side = 0
-    for p in bucket:
-        rows, cols = p.shape[0], p.numel // p.shape[0]
-        if len(p.shape) > 1 and 2 * (rows + cols) * rank < rows * cols:
-            p_side, q_side = p_side + rows * rank, q_side + cols * rank
-        else:
-            plain += p.numel
-    n = sum(p.numel for p in bucket)
-    wire = _plus(_plus(_ring(4 * plain, world), _ring(4 * p_side, world)), _ring(4 * q_side, world))
-    return replace(wire, codec_elements=n)
-
-
-def _kept(x: Options) -> Callable[[Param], bool]:
-    """Whether the hook with options ``x`` keeps a parameter in fp32 (by default: the last
-    layer, and tensors under 1024 elements)."""
-    return lambda p: (p.last_layer and not x.quantize_last) or p.numel < x.min_numel
-
-
-def _hook(q: SymmetricGrid, topology: str) -> Callable[[Sequence[Param], int], Wire]:
-    def traffic(bucket: Sequence[Param], world: int) -> Wire:
-        sizes = [p.numel for p in bucket]
-        n = sum(sizes)
-        if not n:
-            return Wire(0, 0, 0, 0)
-        n_scales = Layout.of(n, sizes, q.bucket_size).n_buckets
-        ranks = grid_traffic(topology, n, n_scales, world, q.m)
-        return Wire(max(t.path for t in ranks), sum(t.sent for t in ranks) / world,
-                    ranks[0].messages, n)  # fmt: skip
-
-    return traffic
-
-
-@dataclass(frozen=True)
-class Method:
-    """A way to average gradients, as the testbed names it. ``deferred``: the parameters that
-    go in one fp32 all-reduce at the end of the backward pass instead of with their bucket."""
-
-    name: str
-    traffic: Callable[[Sequence[Param], int], Wire]
-    one_bucket: bool = False  # PowerSGD runs in one DDP bucket (it hangs on gloo with more)
-    deferred: Callable[[Param], bool] | None = None
-
-
-_BUILTIN_TRAFFIC = {"fp32": _fp32, "fp16": _fp16, "powersgd": _powersgd}
-
-
-def _modelled(spec: methods.Method) -> Method | None:
-    """The model of a method of the table, or ``None`` where the formulas do not cover it: a
-    quantizer off the shared grid (its levels are searched per bucket), the auto policy, or a
-    full-precision warm-up (the step changes during the run)."""
-    if spec.baseline is not None:
-        return Method(spec.name, _BUILTIN_TRAFFIC[spec.baseline], one_bucket=spec.one_bucket)
-    x = spec.exchange
-    q = x.make_quantizer()
-    if not isinstance(q, SymmetricGrid) or x.policy != "quantize" or spec.full_precision_share:
-        return None
-    return Method(spec.name, _hook(q, x.topology), deferred=_kept(x))
-
-
-#: the methods of :data:`terngrad.train.methods.METHODS` the model can predict
-METHODS: dict[str, Method] = {
-    m.name: m for m in map(_modelled, methods.METHODS.values()) if m is not None
-}
-
-
-def method(name: str) -> Method:
-    """The model of the method ``name`` (or an older name of it)."""
-    name = methods.ALIASES.get(name, name)
-    if name not in METHODS:
-        raise ValueError(f"the model knows no method {name!r}; choose one of: {', '.join(METHODS)}")
-    return METHODS[name]
+def modelled(name: str | methods.Method) -> bool:
+    """Whether the model covers the method ``name`` (:func:`method` would not refuse it)."""
+    try:
+        method(name)
+    except ValueError:
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------- the step
@@ -314,29 +124,21 @@ def predict(
     codec_seconds_per_element: float = 0.0,
     forward_share: float = FORWARD_SHARE,
 ) -> Step:
-    """The step time of ``method_name`` (see the module docstring for the formulas)."""
-    m = method(method_name)
+    """The step time of ``method_name`` in a steady step (after any warm-up, no variances
+    averaged; see the module docstring for the formulas)."""
     forward = forward_share * compute_seconds
     backward = compute_seconds - forward
-    buckets = [prof.params] if m.one_bucket else prof.buckets()
-    transfers = []  # (ready seconds, traffic), in the order they go out
-    for bucket in buckets:
-        ready = forward + max(p.ready for p in bucket) * backward
-        sent_now = [p for p in bucket if not (m.deferred and m.deferred(p))]
-        transfers.append((ready, m.traffic(sent_now, cluster.workers)))
-    if m.deferred:  # one fp32 all-reduce with the last bucket
-        kept = [p for p in prof.params if m.deferred(p)]
-        transfers.append((compute_seconds, _fp32(kept, cluster.workers)))
     rate = min(cluster.bytes_per_s, cluster.host_bytes_per_s)
     jobs, codec, wire_total, sent, busiest = [], 0.0, 0.0, 0.0, 0.0
-    for ready, wire in transfers:
+    for t in traffic_model.transfers(prof, method(method_name), cluster.workers):
         if cluster.workers == 1:
             continue
-        x = codec_seconds_per_element * wire.codec_elements
-        w = wire.busiest / rate + wire.messages * cluster.latency_s
-        jobs.append((ready, x, w))
+        x = codec_seconds_per_element * t.codec_elements
+        path = max(r.path for r in t.ranks)
+        w = path / rate + max(r.messages for r in t.ranks) * cluster.latency_s
+        jobs.append((forward + t.ready * backward, x, w))
         codec, wire_total = codec + x, wire_total + w
-        sent, busiest = sent + wire.mean_sent, busiest + wire.busiest
+        sent, busiest = sent + sum(r.sent for r in t.ranks) / cluster.workers, busiest + path
     end = _timeline(jobs, compute_seconds, cluster.shared_cores)
     busy = compute_seconds
     if cluster.shared_cores:

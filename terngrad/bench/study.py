@@ -30,10 +30,11 @@ import torch
 from torch import nn
 
 from terngrad import quantize
-from terngrad.train import methods as table
+from terngrad.comm import methods as table
+from terngrad.comm.options import Options
 
-#: the methods compared by default (names of :data:`terngrad.train.methods.METHODS`)
-METHODS = (
+#: the methods compared by default (names of :data:`terngrad.comm.methods.METHODS`)
+DEFAULT_METHODS = (
     "fp16", "terngrad", "terngrad-noclip", "terngrad-b512",
     *(f"{q}-{s}" for q in ("qsgd", "linear", "orq") for s in (3, 5, 9)),
     "bingrad-b", "bingrad-pb", "signsgd",
@@ -225,16 +226,21 @@ def tensor_kinds(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, list[str]]:
     return kinds
 
 
+def _quantizer_alone(x: Options) -> str | None:
+    """What the study cannot measure of exchange options ``x``: anything but the quantizer."""
+    alone = Options(x.quantizer, quantizer_options=x.quantizer_options)
+    found = alone.diff(x)
+    return f"it measures the quantizer alone, not {', '.join(found)}" if found else None
+
+
 def check_methods(names: Iterable[str]) -> dict[str, tuple[str, dict]]:
     """What each method of ``names`` does to one tensor: name -> (quantizer, its options);
-    ``ValueError`` naming the choices for an unknown method or one that is not a quantizer."""
+    ``ValueError`` with one line for an unknown method, one that is not a quantizer (PowerSGD)
+    or one with more than a quantizer (a topology, exchange settings, a recipe, a warm-up)."""
     catalogue = {}
     for m in table.select(names):
+        m.require("the study", baselines=("fp32", "fp16"), exchange=_quantizer_alone)
         q = m.quantizer()
-        if q is None:
-            raise ValueError(
-                f"{m.name} ({m.label}) is not a quantizer: the study cannot measure it"
-            )
         catalogue[m.name] = (q.name, q.options)
     return catalogue
 
@@ -246,7 +252,7 @@ def study(
     *,
     steps: int,
     capture_at: Sequence[int] | None = None,
-    methods: Iterable[str] = METHODS,
+    methods: Iterable[str] = DEFAULT_METHODS,
     draws: int = 16,
     optimizer: torch.optim.Optimizer | None = None,
     title: str = "model",
@@ -256,7 +262,7 @@ def study(
     """Train ``model`` for ``steps`` steps on ``batches`` (pairs of inputs and targets) with
     ``optimizer`` (default: SGD, lr 0.01, momentum 0.9), keep the gradients at the steps in
     ``capture_at`` (default: five evenly spaced from 0 to ``steps``), and measure every method
-    of ``methods`` (names of :data:`terngrad.train.methods.METHODS`) on them with ``draws``
+    of ``methods`` (names of :data:`terngrad.comm.methods.METHODS`) on them with ``draws``
     draws each."""
     catalogue = check_methods(methods)
     if not (isinstance(steps, int) and steps >= 0):

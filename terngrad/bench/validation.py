@@ -10,8 +10,8 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from terngrad.bench.perf_model import METHODS, Cluster, Profile, predict
-from terngrad.train import methods
+from terngrad.bench.perf_model import Cluster, Profile, modelled, predict
+from terngrad.comm import methods
 from terngrad.util.files import read_json
 
 
@@ -41,8 +41,8 @@ class Calibration:
 
 def _steps(summary: dict) -> dict[str, float]:
     """The measured step of every method the model knows, by its name in the table."""
-    named = ((methods.ALIASES.get(m["method"], m["method"]), m) for m in summary["methods"])
-    return {name: m["step_seconds"] for name, m in named if name in METHODS}
+    named = ((methods.canonical(m["method"]), m) for m in summary["methods"])
+    return {name: m["step_seconds"] for name, m in named if modelled(name)}
 
 
 def calibrate(summary: dict, prof: Profile) -> Calibration:

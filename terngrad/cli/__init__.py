@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import re
 import sys
+import warnings
 
 import torch
 
 from terngrad import __version__
 from terngrad.cli import bench, perf_model, reproduce, study, train
-from terngrad.cli.flags import Parser
+from terngrad.cli.flags import Parser, deprecated
 
 
 def build_parser() -> Parser:
@@ -46,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     from terngrad.train.missing import DataMissing
 
     try:
-        return args.func(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line  # an old name still works, said in one line
+            return args.func(args)
     except (ValueError, DataMissing) as exc:  # what the user asked for: one line, status 2
         parser.exit(2, f"terngrad: error: {exc}\n")
     except (TestbedUnavailable, BenchFailed) as exc:  # the machine could not: status 1
@@ -70,6 +73,15 @@ def main(argv: list[str] | None = None) -> int:
             f"terngrad: a worker died ({exc}); the others were stopped. Run the same command "
             "again to resume from the newest checkpoint\n",
         )
+
+
+def _one_line(message, category, filename, lineno, file=None, line=None) -> None:
+    """A library's ``FutureWarning`` (an older name that still works) as the command line says
+    it: one line on stderr; other warnings as Python shows them."""
+    if issubclass(category, FutureWarning):
+        deprecated(str(message))
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 __all__ = ["build_parser", "main"]

@@ -17,11 +17,11 @@ from terngrad.util.files import atomic_write_text
 
 
 def add(sub: argparse._SubParsersAction) -> None:
-    from terngrad.bench.accuracy import DEFAULT_METHODS as ACCURACY_METHODS
     from terngrad.bench.network import DEFAULT_METHODS as NETWORK_METHODS
     from terngrad.bench.testbed import BANDWIDTHS
-    from terngrad.comm import Options
-    from terngrad.train import methods, models
+    from terngrad.comm import Options, methods
+    from terngrad.experiments.time_to_accuracy import DEFAULT_METHODS as ACCURACY_METHODS
+    from terngrad.train import models
     from terngrad.train.config import TrainConfig
 
     p = sub.add_parser("bench", help="benchmarks")
@@ -258,17 +258,16 @@ def network(args: argparse.Namespace) -> int:
 
 
 def accuracy(args: argparse.Namespace) -> int:
-    from terngrad.bench import accuracy as bench_accuracy
-    from terngrad.bench import accuracy_report, sweep
     from terngrad.cli.flags import given
     from terngrad.comm import Options
-    from terngrad.train import comparison, run_folder
+    from terngrad.experiments import comparison, sweep, time_to_accuracy, time_to_accuracy_report
+    from terngrad.train import run_folder
     from terngrad.train.config import TrainConfig
 
     settings = {**given(args, TrainConfig), "out": args.out, "keep_checkpoints": 1}
     exchange = Options(**given(args, Options, exclude=("seed", "timeout")))
     base = TrainConfig(**settings, exchange=exchange)
-    plan = bench_accuracy.AccuracyComparison(
+    plan = time_to_accuracy.AccuracyComparison(
         base, tuple(args.methods), args.bandwidth[0], args.target / 100, args.time_limit,
         predict_with=tuple(args.predict_with) if args.predict_with else None,
         seeds=args.seeds, stop_at_target=args.stop_at_target,
@@ -285,7 +284,7 @@ def accuracy(args: argparse.Namespace) -> int:
             text = comparison.run(one, folder, echo=echo)
         print(text)
         results = json.loads((folder / "results.json").read_text())
-        print(accuracy_report.speedup_goal(results))
+        print(time_to_accuracy_report.speedup_goal(results))
         print(f"Written: {folder}/results.json, {folder}/results.md, "
               f"{folder}/time-to-accuracy.png")  # fmt: skip
 

@@ -142,7 +142,7 @@ def add_time_limit(group, default: float, what: str) -> None:
 
 
 def add_methods(group, default: Collection[str], choices: Collection[str] | None = None) -> None:
-    """``--methods``: names of :data:`terngrad.train.methods.METHODS` (``default`` in this
+    """``--methods``: names of :data:`terngrad.comm.methods.METHODS` (``default`` in this
     order; any of ``choices``, by default the defaults), checked by the experiment (one line
     naming the choices)."""
     group.add_argument(
@@ -163,19 +163,21 @@ QUANTIZER_FLAGS = ("clip", "bucket_size", "levels", "packing")
 
 
 def add_exchange_flags(parser: argparse.ArgumentParser, groups: dict[str, Any]) -> None:
-    """The "exchange" option group: every field of :class:`~terngrad.comm.Options` but the
-    run's seed and timeout (``--quantize-last`` is ``quantize_last``), the quantizer options
-    and ``--preset``; :func:`exchange_options` reads them."""
+    """The "exchange" option group: ``--method``, every field of
+    :class:`~terngrad.comm.Options` but the run's seed and timeout (``--quantize-last`` is
+    ``quantize_last``) and the quantizer options; :func:`exchange_settings` reads them."""
     from terngrad.comm import Options
-    from terngrad.comm.options import PRESETS
 
     g = groups.setdefault("exchange", parser.add_argument_group("exchange"))
     g.add_argument(
-        "--preset",
-        choices=tuple(PRESETS),
-        help="start from a documented setting (transformer: see docs/distributed.md); the "
-        "flags below are put over it",
-    )
+        "--method", metavar="NAME",
+        help="train the way of this method (docs/methods.md: its exchange, optimizer recipe "
+        "and warm-up, or PyTorch's baseline); the flags below are put over it",
+    )  # fmt: skip
+    g.add_argument(
+        "--preset", dest="method", action=Deprecated, new="--method (transformer is "
+        "terngrad-b512)", help=argparse.SUPPRESS,
+    )  # fmt: skip
     add_settings(parser, Options, exclude=("seed", "timeout"), groups=groups)
     g.add_argument("--clip", type=positive_float, help="clip at CLIP sigma (TernGrad: 2.5)")
     g.add_argument("--no-clip", action="store_true", help="no clipping")
@@ -184,10 +186,10 @@ def add_exchange_flags(parser: argparse.ArgumentParser, groups: dict[str, Any]) 
     g.add_argument("--packing", help="TernGrad's wire packing: base3 or 2bit")
 
 
-def exchange_options(args: argparse.Namespace):
-    """The exchange's :class:`~terngrad.comm.Options` from the "exchange" option group (one
-    check, where it is made: a bad value is one line and exit status 2); a flag left out is
-    the preset's value, or the default."""
+def exchange_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The exchange settings given on the command line: fields of
+    :class:`~terngrad.comm.Options` by name, the quantizer's options under
+    ``quantizer_options`` (a flag left out is not there)."""
     from terngrad.comm import Options
 
     if args.no_clip and args.clip is not None:
@@ -196,7 +198,4 @@ def exchange_options(args: argparse.Namespace):
     for name in QUANTIZER_FLAGS:
         if getattr(args, name) is not None:
             q_options[name] = getattr(args, name)
-    chosen = given(args, Options, exclude=("seed", "timeout"))
-    if args.preset is not None:
-        return Options.preset(args.preset, **chosen, quantizer_options=q_options)
-    return Options(**chosen, quantizer_options=q_options)
+    return {**given(args, Options, exclude=("seed", "timeout")), "quantizer_options": q_options}

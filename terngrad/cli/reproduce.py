@@ -1,7 +1,7 @@
 """``terngrad reproduce EXPERIMENT``: the papers' experiments, each a subcommand with its own
 flags — ``lenet``, ``cifar``, ``fashion`` (the TernGrad paper), ``orq`` (the optimal-quantization
 paper's comparison), ``transformer`` (TernGrad on a GPT with AdamW). Each is a comparison of
-:mod:`terngrad.train.comparison`: finished runs are read back, stopped ones resume."""
+:mod:`terngrad.experiments.comparison`: finished runs are read back, stopped ones resume."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from terngrad.cli.flags import add_methods, non_negative_int, positive_int
 
 
 def add(sub: argparse._SubParsersAction) -> None:
+    from terngrad.experiments import gpt as tf
+    from terngrad.experiments import optimal_quantization as oq
     from terngrad.train import data, models
-    from terngrad.train import optimal_quantization as oq
-    from terngrad.train import transformer as tf
 
     p = sub.add_parser(
         "reproduce",
@@ -47,7 +47,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--dataset", choices=data.names(), help="(lenet: mnist, cifarnet: fashion)")
     _common(e, "runs/reproduce-orq-MODEL", "600; cifarnet: 1000")
     e.add_argument("--seeds", type=positive_int, default=3, help="seeds of the main methods (3)")
-    add_methods(e, oq.METHODS)
+    add_methods(e, oq.DEFAULT_METHODS)
     e.add_argument(
         "--variants",
         nargs="+",
@@ -76,13 +76,13 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="gpt (d = 256, 3.3M parameters) or gpt-small (d = 128, 0.8M) (gpt)",
     )
     e.add_argument("--seeds", type=positive_int, default=1, help="seeds of every method (1)")
-    add_methods(e, tf.METHODS)
+    add_methods(e, tf.DEFAULT_METHODS)
     e.add_argument(
         "--full-precision-steps",
         type=positive_int,
         metavar="K",
-        help="the full-precision steps of terngrad-fp and terngrad-b512-fp before TernGrad (a "
-        "fifth of --steps)",
+        help="the full-precision steps of the -warmup methods before TernGrad (their share "
+        "of --steps)",
     )
     e.set_defaults(func=transformer)
 
@@ -96,24 +96,24 @@ def _common(e: argparse.ArgumentParser, out: str, steps: str) -> None:
 
 
 def paper(args: argparse.Namespace) -> int:
-    from terngrad.train import comparison, experiments
+    from terngrad.experiments import comparison, paper
 
     out = args.out or f"runs/reproduce-{args.experiment}"
     workers = tuple(args.workers)
     if args.experiment == "lenet":
-        experiment = experiments.lenet(out, args.steps, workers)
+        experiment = paper.lenet(out, args.steps, workers)
     elif args.experiment == "cifar":
-        experiment = experiments.cifar(out, args.data_dir, args.steps, workers)
+        experiment = paper.cifar(out, args.data_dir, args.steps, workers)
     else:
-        experiment = experiments.fashion(out, args.data_dir, args.steps, workers)
+        experiment = paper.fashion(out, args.data_dir, args.steps, workers)
     print(comparison.run(experiment, Path(out)))
     print(f"Written: {out}/results.md, {out}/results.json, {out}/curves.png")
     return 0
 
 
 def orq(args: argparse.Namespace) -> int:
-    from terngrad.train import comparison
-    from terngrad.train import optimal_quantization as oq
+    from terngrad.experiments import comparison
+    from terngrad.experiments import optimal_quantization as oq
 
     out = args.out or f"runs/reproduce-orq-{args.model}"
     base = oq.protocol(
@@ -133,8 +133,8 @@ def orq(args: argparse.Namespace) -> int:
 
 
 def transformer(args: argparse.Namespace) -> int:
-    from terngrad.train import comparison
-    from terngrad.train import transformer as tf
+    from terngrad.experiments import comparison
+    from terngrad.experiments import gpt as tf
 
     out = args.out or "runs/reproduce-transformer"
     base = tf.protocol(

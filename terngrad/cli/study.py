@@ -12,7 +12,7 @@ from terngrad.cli.flags import non_negative_int, number, positive_float, positiv
 
 
 def add(sub: argparse._SubParsersAction) -> None:
-    from terngrad.bench.study import METHODS
+    from terngrad.bench.study import DEFAULT_METHODS
     from terngrad.train import data, models
 
     p = sub.add_parser("study", help="every quantizer on a model's real gradients: a report")
@@ -32,9 +32,9 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--methods",
         nargs="+",
-        default=list(METHODS),
+        default=list(DEFAULT_METHODS),
         metavar="METHOD",
-        help=f"methods to compare (all): {', '.join(METHODS)}",
+        help=f"methods to compare (all): {', '.join(DEFAULT_METHODS)}",
     )
     p.add_argument(
         "--draws",

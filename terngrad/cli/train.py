@@ -10,7 +10,7 @@ from typing import Any
 from terngrad.cli.flags import (
     add_exchange_flags,
     add_settings,
-    exchange_options,
+    exchange_settings,
     given,
     non_negative_int,
     positive_int,
@@ -47,11 +47,22 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 def config(args: argparse.Namespace, **fixed: Any):
     """The run's :class:`~terngrad.train.config.TrainConfig` from the training flags (and
-    ``fixed`` settings of the command), checked where it is made."""
+    ``fixed`` settings of the command), checked where it is made; with ``--method``, that
+    method's (:func:`~terngrad.train.configure.configure`), the exchange flags given put over
+    it."""
+    from terngrad.comm import Options, methods
     from terngrad.train.config import TrainConfig
+    from terngrad.train.configure import configure
 
     settings = {**given(args, TrainConfig), **fixed}
-    return TrainConfig(**settings, exchange=exchange_options(args))
+    exchange = exchange_settings(args)
+    if args.method is None:
+        return TrainConfig(**settings, exchange=Options(**exchange))
+    if settings.get("baseline") is not None:
+        raise ValueError("give --method or --baseline, not both (fp32, fp16, powersgd are methods)")
+    base = TrainConfig(**settings)
+    steps = exchange.pop("full_precision_steps", None)
+    return configure(methods.get(args.method), base, base.out, exchange, steps)
 
 
 def train(args: argparse.Namespace) -> int:
@@ -90,13 +101,13 @@ def train(args: argparse.Namespace) -> int:
 def demo(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from terngrad.train import comparison, experiments
+    from terngrad.experiments import comparison, paper
 
     print(
         f"terngrad demo: LeNet on MNIST, 4 workers, {args.steps} steps each, fp32 and then "
         "TernGrad (sharded exchange), on this machine's cores\n",
         flush=True,
     )
-    print(comparison.run(experiments.demo(args.out, args.steps), Path(args.out)))
+    print(comparison.run(paper.demo(args.out, args.steps), Path(args.out)))
     print(f"Plot: {args.out}/curves.png; per-run outputs in {args.out}/*/")
     return 0

@@ -22,6 +22,9 @@ INTERCHANGEABLE = ("kernels",)
 #: what a saved hook state may differ in besides: fused buckets or not, the state (generator,
 #: residuals by parameter name, counters) is the same
 RESUMABLE_ACROSS = (*INTERCHANGEABLE, "fuse_buckets")
+#: the options' fields that are not compared as they are: a rank's own wait (``timeout``), and
+#: the exclusions, compared by their effect (``excluded``: the names kept in full precision)
+_NOT_COMPARED = ("timeout", "quantize_last", "min_numel")
 
 
 def exchange_config(
@@ -32,21 +35,18 @@ def exchange_config(
     world: int,
     params: Sequence[tuple[str, torch.Tensor]],
 ) -> dict[str, Any]:
-    """The configuration ranks compare and hook states carry (the exclusions as names, so a
-    state saved before ``quantize_last`` and ``min_numel`` had those names still loads)."""
+    """The configuration ranks compare and hook states carry: every field of ``options`` (a
+    setting added to :class:`Options` is compared without a change here) but
+    :data:`_NOT_COMPARED`, the quantizer as made, the backend, the world, the parameters, and
+    the exclusions as names (so a state saved before ``quantize_last`` and ``min_numel`` had
+    those names still loads)."""
+    fields = options.to_dict()
     return {
+        **{k: v for k, v in fields.items() if k not in _NOT_COMPARED},
         "quantizer": quantizer.name,
         "quantizer_options": quantizer.options,
-        "topology": options.topology,
-        "error_feedback": options.error_feedback,
-        "aggregate": options.aggregate,
-        "full_precision_steps": options.full_precision_steps,
-        "excluded": sorted(excluded),
-        "seed": options.seed,
         "kernels": kernels.name,
-        "policy": options.policy,
-        "fuse_buckets": options.fuse_buckets,
-        "own_scales": options.own_scales,
+        "excluded": sorted(excluded),
         "world_size": world,
         "parameters": [(name, tuple(p.shape), str(p.dtype)) for name, p in params],
     }
@@ -78,10 +78,14 @@ def check_same_config(link: Link, config: dict[str, Any]) -> None:
 
 
 def check_saved_config(config: dict[str, Any], saved: dict[str, Any]) -> None:
-    """Refuse a hook state saved with another configuration than ``config``."""
-    # a state saved before ``policy`` and ``own_scales`` existed had their defaults
-    found = differences(config, {"policy": "quantize", "own_scales": False, **saved},
-                        RESUMABLE_ACROSS)  # fmt: skip
+    """Refuse a hook state saved with another configuration than ``config`` (a state of an
+    earlier version has the defaults of the settings added since, and its ``own_scales`` is
+    the topology ``own-scales``)."""
+    defaults = Options().to_dict()
+    saved = {**{k: defaults[k] for k in config if k in defaults}, **saved}
+    if saved.pop("own_scales", False) is True:
+        saved["topology"] = "own-scales"
+    found = differences(config, saved, RESUMABLE_ACROSS)
     if found:
         raise ValueError(
             "this hook state was saved with another configuration (saved value instead of this "

@@ -18,26 +18,22 @@ gets the same result, bit for bit. How the messages are combined depends on the 
   first option, :mod:`terngrad.comm.coherent`): the ranks agree on one set of levels per
   bucket, send digits only, and the average is rounded onto the same levels.
 
-Topologies (N ranks, d elements):
+The topologies — ``sharded``, ``ps``, ``allgather`` and ``own-scales`` — are
+:mod:`terngrad.comm.topologies`; this module is their interface and what they share.
 
-* ``sharded``: the gradient is cut into N shards; all-to-all sends shard k of every rank to rank
-  k, which aggregates it; all-gather returns the N aggregated shards to everyone.
-* ``ps``: rank 0 gathers every rank's message, aggregates, and broadcasts the result (the
-  TernGrad paper's parameter server).
-* ``allgather``: every rank gathers every rank's message and aggregates locally.
+Which settings a topology combines with is said by its class: the quantizers it takes
+(:attr:`Exchange.quantizers`), the aggregates and policies it serves; an aggregate or a policy
+that needs a kind of quantizer says which (:data:`AGGREGATES`); :meth:`Exchange.check` reads
+them, once, where the options are made.
 
 The per-step work — on the grid path statistics, clip, rounding, packing, the owner's sum,
 decoding into the output; elsewhere every message's ``encode`` and ``decode`` and the levels'
 fit — runs on the exchange's :class:`~terngrad.kernels.Kernels` backend (fused numba or Triton
 kernels, or the torch reference), passed to each; all give the same bytes.
 
-* ``allgather`` with ``own_scales``: no scalar sharing — each rank rounds on its own scales
-  and sends them with its codes; every rank decodes every message and averages in rank order.
-  One collective a bucket instead of two (:meth:`AllGatherExchange.own_scales_mean`).
-
 A rank whose gradient holds a NaN or Inf is detected by every rank at the first collective
-(the shared MAX of the scales propagates it; the message path all-reduces a flag; with own
-scales a flag byte travels after each message); then nothing is averaged and every rank gets
+(the shared MAX of the scales propagates it; the message path all-reduces a flag; with its
+own scales a flag byte travels after each message); then nothing is averaged and every rank gets
 ``Result(None, None)``.
 """
 
@@ -52,17 +48,21 @@ import torch
 import torch.distributed as dist
 
 from terngrad import quantize
-from terngrad.comm.coherent import CoherentStep, bucket_shard_bounds
 from terngrad.comm.errors import ExchangeMismatch
-from terngrad.comm.grid_step import GridStep, share_scales
 from terngrad.comm.link import Link
 from terngrad.kernels import Kernels, Streams, resolve
 from terngrad.quantize import Encoded, Layout, LevelQuantizer, Quantizer, SymmetricGrid
-from terngrad.wire import codes_frame_nbytes
 
 Draws = Streams | torch.Tensor | None
 
-AGGREGATES = ("requantize", "fp16", "coherent")
+#: how an aggregate off the shared grid travels on, and the quantizers each serves:
+#: ``requantize`` and ``fp16`` any; ``coherent`` (levels agreed by all ranks, Algorithm 2's
+#: first option) the per-bucket level quantizers
+AGGREGATES: dict[str, type[Quantizer]] = {
+    "requantize": Quantizer,
+    "fp16": Quantizer,
+    "coherent": LevelQuantizer,
+}
 
 
 @dataclass(frozen=True)
@@ -72,10 +72,6 @@ class Result:
 
     mean: torch.Tensor | None
     own: torch.Tensor | None
-
-
-def _part(uniform: torch.Tensor | None, start: int, stop: int) -> torch.Tensor | None:
-    return None if uniform is None else uniform[start:stop]
 
 
 def shard_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
@@ -93,10 +89,15 @@ def shard_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
 
 
 class Exchange(ABC):
-    """Averages flat gradients over the ranks of ``link``; subclasses are the topologies."""
+    """Averages flat gradients over the ranks of ``link``; subclasses are the topologies, each
+    registered by ``name`` and saying what it combines with: :attr:`quantizers` (the kinds of
+    quantizer it can average), :attr:`policies` (``auto`` predicts exchanges with scalar
+    sharing)."""
 
     name: ClassVar[str]
     registry: ClassVar[dict[str, type[Exchange]]] = {}
+    quantizers: ClassVar[tuple[type[Quantizer], ...]] = (Quantizer,)
+    policies: ClassVar[tuple[str, ...]] = ("quantize", "auto")
 
     def __init_subclass__(cls, *, name: str | None = None, **kw) -> None:
         super().__init_subclass__(**kw)
@@ -104,32 +105,50 @@ class Exchange(ABC):
             cls.name = name
             Exchange.registry[name] = cls
 
+    @classmethod
+    def check(cls, quantizer: Quantizer, aggregate: str, policy: str) -> None:
+        """``ValueError`` with one line unless this topology averages ``quantizer`` with that
+        ``aggregate`` and ``policy`` (``policy`` itself is checked against its quantizer kind
+        by the options)."""
+        if not isinstance(quantizer, cls.quantizers):
+            raise ValueError(
+                f"topology {cls.name!r} averages {_kinds(cls.quantizers)}; {quantizer.name} is "
+                f"not one: choose another topology or quantizer"
+            )
+        if aggregate not in AGGREGATES:
+            raise ValueError(
+                f"unknown aggregate {aggregate!r}; choose one of: {', '.join(AGGREGATES)}"
+            )
+        needs = AGGREGATES[aggregate]
+        if not isinstance(quantizer, needs):
+            raise ValueError(
+                f"aggregate {aggregate!r} serves {_kinds((needs,))}; {quantizer.name} is not "
+                "one: use aggregate 'requantize'"
+            )
+        if policy not in cls.policies:
+            raise ValueError(
+                f"policy {policy!r} does not model topology {cls.name!r}: use policy "
+                f"{cls.policies[0]!r}"
+            )
+
     def __init__(
         self,
         quantizer: Quantizer,
         link: Link,
         aggregate: str = "requantize",
         kernels: Kernels | None = None,
-        own_scales: bool = False,
     ) -> None:
-        if aggregate not in AGGREGATES:
-            raise ValueError(f"aggregate must be one of {AGGREGATES}, got {aggregate!r}")
-        if own_scales and not (self.name == "allgather" and isinstance(quantizer, SymmetricGrid)):
-            raise ValueError(
-                "own_scales needs topology 'allgather' and a shared-grid quantizer (terngrad, "
-                f"qsgd); got {self.name!r} with {quantizer.name!r}"
-            )
+        self.check(quantizer, aggregate, "quantize")
         self.quantizer = quantizer
         self.link = link
         self.kernels = kernels if kernels is not None else resolve("torch")
         #: Algorithm 2's first option: levels coherent among the ranks (level quantizers)
         self.coherent = aggregate == "coherent"
         self.aggregator = quantize.get("fp16") if aggregate == "fp16" else quantizer
-        #: shared-grid quantizers round on each rank's own scales (no scalar sharing)
-        self.own_scales = own_scales
         #: server-side error feedback of re-quantized aggregates, by (bucket key, shard)
         self.server_residuals: dict[Hashable, torch.Tensor] = {}
 
+    @abstractmethod
     def reduce(
         self,
         flat: torch.Tensor,
@@ -148,57 +167,6 @@ class Exchange(ABC):
         or ``None`` (drawn from ``generator``); ``generator`` also draws any re-quantization
         of an aggregate; ``key`` names the bucket for server-side error feedback; ``own=False``
         skips decoding this rank's own message (needed only for worker-side error feedback)."""
-        q = self.quantizer
-        if self.own_scales:
-            return self.own_scales_mean(flat, layout, draws, generator, out, own)
-        if isinstance(q, SymmetricGrid):
-            grid = self.kernels.grid_prepare(q, flat, layout)
-            shared = share_scales(self.link, grid.local)
-            if shared is None:
-                return Result(None, None)
-            if draws is None:
-                draws = torch.rand(flat.numel(), generator=generator, device=flat.device)
-            step = GridStep(self.kernels, grid, shared, draws)
-            mean_parts, own_parts = self._grid_exchange(step, flat.numel())
-            own_values = None
-            if own:
-                own_values = torch.empty_like(flat)
-                for lo, hi, frame in own_parts:
-                    step.decode(frame, lo, own_values[lo:hi], 1, self.link.rank)
-            mean = out if out is not None else torch.empty_like(flat)
-            for lo, hi, frame, sender in mean_parts:
-                step.decode(frame, lo, mean[lo:hi], self.link.size, sender)
-            return Result(mean, own_values)
-        if isinstance(draws, Streams):
-            draws = self.kernels.uniform(draws, layout, flat.device)
-        if not self._all_finite(flat):
-            return Result(None, None)
-        if self.coherent and isinstance(q, LevelQuantizer):
-            step = CoherentStep.agree(q, flat, layout, self.link, draws, self.kernels)
-            result = Result(self._coherent_exchange(step, generator), step.own_values())
-        else:
-            result = self._reduce_messages(flat, layout, draws, generator, key)
-        if out is not None:
-            out.copy_(result.mean)
-            return Result(out, result.own)
-        return result
-
-    @abstractmethod
-    def _grid_exchange(self, step: GridStep, numel: int):
-        """Shared-grid quantizers: move this rank's digits (``step.frame(lo, hi)``) so that
-        every rank ends with frames of the digits summed over all ranks. Returns the frames
-        to decode, ``[(lo, hi, frame, sender)]`` covering ``[0, numel)``, and this rank's own
-        frames ``[(lo, hi, frame)]``."""
-
-    @abstractmethod
-    def _reduce_messages(self, flat, layout, uniform, generator, key) -> Result:
-        """Other quantizers (every rank's gradient is finite): decode, average, and re-quantize
-        where the average travels on."""
-
-    @abstractmethod
-    def _coherent_exchange(self, step: CoherentStep, generator) -> torch.Tensor:
-        """Level quantizers on coherent levels: move this rank's digits so that every rank
-        ends with the same mean; return it."""
 
     # --- helpers shared by the topologies
 
@@ -238,228 +206,11 @@ class Exchange(ABC):
     def _read_message(self, frame: torch.Tensor, q: Quantizer, numel: int, sender: int):
         return self._decode(q, self._parse_message(frame, q, numel, sender))
 
-    def _requantize(self, mean, layout: Layout, key: Hashable, generator) -> Encoded:
-        """The aggregate as a message again, with server-side error feedback: the part the
-        re-quantization drops is added to the next aggregate of the same bucket and shard."""
-        residual = self.server_residuals.get(key)
-        if residual is not None and residual.shape == mean.shape:
-            mean = mean + residual
-        enc = self._encode(self.aggregator, mean, generator, layout.segments)
-        if self.aggregator.name != "fp32":
-            self.server_residuals[key] = mean - self._decode(self.aggregator, enc)
-        return enc
 
-
-class ShardedExchange(Exchange, name="sharded"):
-    """All-to-all of shards, aggregation by each shard's owner, all-gather of the results.
-
-    Per rank and step: (N-1)/N d (b + b_N) bits, with b the bits per element of one message
-    (1.6 for TernGrad) and b_N those of the aggregate (log2(2N+1) packed: 3.2 for N = 4),
-    against 2 (N-1)/N d 32 bits for a ring all-reduce in fp32.
-    """
-
-    def _grid_exchange(self, step, numel):
-        link, m = self.link, step.quantizer.m
-        bounds = shard_bounds(numel, link.size)
-        lo, hi = bounds[link.rank]
-        mine = [step.frame(a, b) for a, b in bounds]
-        received = link.all_to_all(mine, [codes_frame_nbytes(hi - lo, 1, m)] * link.size)
-        gathered = link.all_gather(
-            step.sum_frames(received, hi - lo, 1),
-            [codes_frame_nbytes(b - a, link.size, m) for a, b in bounds],
-        )
-        mean_parts = [
-            (a, b, f, r) for r, (f, (a, b)) in enumerate(zip(gathered, bounds, strict=True))
-        ]
-        return mean_parts, [(a, b, f) for f, (a, b) in zip(mine, bounds, strict=True)]
-
-    def _reduce_messages(self, flat, layout, uniform, generator, key):
-        link, q = self.link, self.quantizer
-        bounds = shard_bounds(flat.numel(), link.size)
-        parts = [layout.slice(a, b) for a, b in bounds]
-        messages = [
-            self._encode(q, flat[a:b], generator, part.segments, _part(uniform, a, b))
-            for (a, b), part in zip(bounds, parts, strict=True)
-        ]
-        own = torch.cat([self._decode(q, m) for m in messages])
-        me = link.rank
-        lo, hi = bounds[me]
-        received = link.all_to_all(
-            [m.to_frame() for m in messages],
-            [q.message_nbytes(hi - lo, parts[me].segments)] * link.size,
-        )
-        mean = self._mean([self._read_message(f, q, hi - lo, r) for r, f in enumerate(received)])
-        result = self._requantize(mean, parts[me], (key, me), generator)
-        agg = self.aggregator
-        gathered = link.all_gather(
-            result.to_frame(),
-            [
-                agg.message_nbytes(b - a, p.segments)
-                for (a, b), p in zip(bounds, parts, strict=True)
-            ],
-        )
-        mean = torch.cat(
-            [
-                self._read_message(f, agg, b - a, r)
-                for r, (f, (a, b)) in enumerate(zip(gathered, bounds, strict=True))
-            ]
-        )
-        return Result(mean, own)
-
-    def _coherent_exchange(self, step, generator):
-        link = self.link
-        bounds = bucket_shard_bounds(step.layout, link.size)
-        lo, hi = bounds[link.rank]
-        received = link.all_to_all(
-            [step.frame(a, b) for a, b in bounds], [step.frame_nbytes(lo, hi)] * link.size
-        )
-        mean = step.mean(received, lo, hi)
-        mine = step.frame(lo, hi, step.reround(mean, lo, hi, generator))
-        gathered = link.all_gather(mine, [step.frame_nbytes(a, b) for a, b in bounds])
-        pairs = enumerate(zip(gathered, bounds, strict=True))
-        return torch.cat([step.values(f, a, b, r) for r, (f, (a, b)) in pairs])
-
-
-class ParameterServerExchange(Exchange, name="ps"):
-    """Rank 0 gathers every message, aggregates, broadcasts: the TernGrad paper's topology.
-
-    A worker sends d b bits and receives d b_N bits per step; rank 0 receives and sends N-1
-    times that, the bottleneck the sharded topology removes.
-    """
-
-    root = 0
-
-    def _grid_exchange(self, step, numel):
-        link = self.link
-        mine = step.frame(0, numel)
-        gathered = link.gather(mine, self.root)
-        total = None if gathered is None else step.sum_frames(gathered, numel, 1)
-        size = codes_frame_nbytes(numel, link.size, step.quantizer.m)
-        frame = link.broadcast(total, size, self.root, torch.device("cpu"))  # frames: host
-        return [(0, numel, frame, self.root)], [(0, numel, mine)]
-
-    def _reduce_messages(self, flat, layout, uniform, generator, key):
-        link, q = self.link, self.quantizer
-        d = flat.numel()
-        message = self._encode(q, flat, generator, layout.segments, uniform)
-        gathered = link.gather(message.to_frame(), self.root)
-        result = None
-        if gathered is not None:
-            mean = self._mean([self._read_message(f, q, d, r) for r, f in enumerate(gathered)])
-            result = self._requantize(mean, layout, key, generator).to_frame()
-        size = self.aggregator.message_nbytes(d, layout.segments)
-        frame = link.broadcast(result, size, self.root, torch.device("cpu"))  # frames: host
-        return Result(
-            self._read_message(frame, self.aggregator, d, self.root), self._decode(q, message)
-        )
-
-    def _coherent_exchange(self, step, generator):
-        link, d = self.link, step.layout.numel
-        gathered = link.gather(step.frame(0, d), self.root)
-        result = None
-        if gathered is not None:
-            result = step.frame(0, d, step.reround(step.mean(gathered, 0, d), 0, d, generator))
-        frame = link.broadcast(result, step.frame_nbytes(0, d), self.root, torch.device("cpu"))
-        return step.values(frame, 0, d, self.root)
-
-
-class AllGatherExchange(Exchange, name="allgather"):
-    """Every rank gathers every rank's message and aggregates locally: one collective after
-    the scales, no re-quantization, but each rank receives (N-1) d b bits, growing with N."""
-
-    def _grid_exchange(self, step, numel):
-        mine = step.frame(0, numel)
-        m = step.quantizer.m
-        gathered = self.link.all_gather(mine, [codes_frame_nbytes(numel, 1, m)] * self.link.size)
-        return [(0, numel, step.sum_frames(gathered, numel, 1), self.link.rank)], [(0, numel, mine)]
-
-    def _reduce_messages(self, flat, layout, uniform, generator, key):
-        link, q = self.link, self.quantizer
-        d = flat.numel()
-        message = self._encode(q, flat, generator, layout.segments, uniform)
-        gathered = link.all_gather(
-            message.to_frame(), [q.message_nbytes(d, layout.segments)] * link.size
-        )
-        mean = self._mean([self._read_message(f, q, d, r) for r, f in enumerate(gathered)])
-        return Result(mean, self._decode(q, message))
-
-    def _coherent_exchange(self, step, generator):
-        d = step.layout.numel
-        gathered = self.link.all_gather(
-            step.frame(0, d), [step.frame_nbytes(0, d)] * self.link.size
-        )
-        return step.mean(gathered, 0, d)  # averaged here: nothing is sent on, nothing re-rounded
-
-    def own_scales_mean(self, flat, layout, draws, generator, out=None, own=True) -> Result:
-        """``own_scales``: the mean of every rank's TernGrad (or QSGD) message, each rounded
-        on its sender's own scales ``s_r`` — Eq. 4 with ``s`` the rank's own
-        ``max |g_r|`` (``‖g_r‖`` for QSGD) instead of the MAX over the ranks (scalar sharing,
-        Sec. 3.2) — in **one** collective: the all-gather of the messages, scales included.
-        Every rank decodes the N messages and sums ``s_r b_r`` in rank order (each message
-        decoded and added in one pass: ``decode_into(..., accumulate=True)``), then divides
-        by N: the same float operations on every rank, so the replicas stay bitwise
-        identical; the sum is exact in the sense that every rank computes the same bits, not
-        an integer sum (the grid differs between senders). Unbiased as with sharing, with
-        less variance (``s_r <= max_r s_r``); ``(N - 1)`` messages received per rank.
-
-        A byte after each message says whether its sender's gradient was finite (a rank
-        whose gradient is not sends zero scales and that flag): every rank sees the flags in
-        the gathered messages and skips the step — no separate round for them."""
-        q, link = self.quantizer, self.link
-        n = flat.numel()
-        grid = self.kernels.grid_prepare(q, flat, layout)
-        finite = bool(torch.isfinite(grid.local).all())
-        if draws is None:
-            draws = torch.rand(n, generator=generator, device=flat.device)
-        scales, payload = q._pack(
-            self.kernels, grid, grid.local if finite else torch.zeros_like(grid.local), draws
-        )
-        mine = q._message(flat, layout, scales, payload)
-        frame = mine.to_frame()
-        flag = torch.tensor([0 if finite else 1], dtype=torch.uint8, device=frame.device)
-        nbytes = q.message_nbytes(n, layout.segments) + 1
-        gathered = link.all_gather(torch.cat([frame, flag]), [nbytes] * link.size)
-        if any(int(f[-1]) for f in gathered):
-            return Result(None, None)
-        form = (mine.codec, mine.levels, mine.bucket_size, mine.segments)
-        total = out if out is not None else torch.empty_like(flat)
-        own_values = torch.empty_like(flat) if own else None
-        for r, f in enumerate(gathered):
-            enc = self._parse_message(f[:-1], q, n, r)  # intact (CRC-32), of this method
-            if (enc.codec, enc.levels, enc.bucket_size, enc.segments) != form:
-                raise ExchangeMismatch(
-                    f"rank {r} sent a message of another codec, levels, buckets or segments "
-                    "than this rank's: the ranks disagree on the bucket layout or the quantizer"
-                )
-            if own_values is not None and r == link.rank:
-                q._decode(self.kernels, enc, layout, own_values)
-                if r:
-                    total += own_values
-                else:
-                    total.copy_(own_values)
-            else:  # decoded and added in one pass: the bits of decoding, then adding
-                q._decode(self.kernels, enc, layout, total, accumulate=r > 0)
-        total /= link.size
-        return Result(total, own_values)
-
-
-TOPOLOGIES = tuple(Exchange.registry)
-
-
-def make_exchange(
-    topology: str,
-    quantizer: Quantizer,
-    link: Link,
-    aggregate: str = "requantize",
-    kernels: Kernels | None = None,
-    *,
-    own_scales: bool = False,
-) -> Exchange:
-    """The exchange named ``topology`` (``kernels``: the backend of its per-step operations and
-    its messages' ``encode``/``decode``, the torch reference by default; ``own_scales``: see
-    :meth:`AllGatherExchange.own_scales_mean`); ``ValueError`` listing the choices otherwise."""
-    if topology not in Exchange.registry:
-        raise ValueError(
-            f"unknown topology {topology!r}; choose one of: {', '.join(Exchange.registry)}"
-        )
-    return Exchange.registry[topology](quantizer, link, aggregate, kernels, own_scales)
+def _kinds(kinds: tuple[type[Quantizer], ...]) -> str:
+    """``"the shared-grid quantizers (terngrad, qsgd)"``: the registered quantizers of ``kinds``."""
+    if kinds == (Quantizer,):
+        return "every quantizer"
+    names = [n for n in quantize.names() if isinstance(quantize.get(n), kinds)]
+    words = {SymmetricGrid: "the shared-grid quantizers", LevelQuantizer: "the level quantizers"}
+    return f"{' and '.join(words.get(k, k.__name__) for k in kinds)} ({', '.join(names)})"

@@ -40,6 +40,7 @@ import torch.distributed as dist
 from torch import nn
 
 from terngrad.comm.errors import explain
+from terngrad.comm.methods import hook_options
 from terngrad.comm.momentum import (
     LocalVariance,
     MomentumSource,
@@ -92,7 +93,7 @@ class State:
     ) -> None:
         if options is not None and (settings or quantizer != "terngrad" or topology != "sharded"):
             raise ValueError("give either options=Options(...) or the settings, not both")
-        self.options = options or Options.of(quantizer, topology, **settings)
+        self.options = options or hook_options(quantizer, topology, **settings)
         self._estimate, self._group = estimate, group
         self._params: list[tuple[str, torch.Tensor]] | None = None
         self._last_layer: set[str] = set()

@@ -32,16 +32,20 @@ import torch.distributed as dist
 
 @dataclass
 class ByteCounter:
-    """Running totals of bytes this rank sent and received through a :class:`Link`."""
+    """Running totals of bytes this rank sent and received through a :class:`Link`, and of the
+    point-to-point messages it sent (a ring all-reduce 2 (N-1), an all-to-all or a ring
+    all-gather N-1, a gather one from each non-root rank, a broadcast N-1 from its root)."""
 
     sent: int = 0
     received: int = 0
+    messages: int = 0
     #: wall-clock seconds spent inside the collectives (waiting included)
     seconds: float = 0.0
 
-    def add(self, sent: int, received: int) -> None:
+    def add(self, sent: int, received: int, messages: int) -> None:
         self.sent += int(sent)
         self.received += int(received)
+        self.messages += int(messages)
 
     @contextmanager
     def timed(self) -> Iterator[None]:
@@ -71,7 +75,7 @@ class Link:
     def all_reduce(self, tensor: torch.Tensor, op: dist.ReduceOp = dist.ReduceOp.SUM):
         """In-place all-reduce; returns ``tensor``."""
         ring = 2 * (self.size - 1) * _nbytes(tensor) // self.size
-        self.counter.add(ring, ring)
+        self.counter.add(ring, ring, 2 * (self.size - 1))
         with self.counter.timed():
             dist.all_reduce(tensor, op=op, group=self.group)
         return tensor
@@ -83,7 +87,7 @@ class Link:
         (its seconds counted then) and returns ``tensor``. Collectives of other groups may run
         meanwhile."""
         ring = 2 * (self.size - 1) * _nbytes(tensor) // self.size
-        self.counter.add(ring, ring)
+        self.counter.add(ring, ring, 2 * (self.size - 1))
         work = dist.all_reduce(tensor, op=op, group=self.group, async_op=True)
 
         def wait() -> torch.Tensor:
@@ -99,7 +103,7 @@ class Link:
         """Reduce ``tensor`` (``N x output.numel()`` elements) over the ranks and give rank k
         its k-th part, in ``output``; returns ``output``."""
         ring = (self.size - 1) * _nbytes(tensor) // self.size
-        self.counter.add(ring, ring)
+        self.counter.add(ring, ring, self.size - 1)
         with self.counter.timed():
             dist.reduce_scatter_single(output, tensor, op=op, group=self.group)
         return output
@@ -110,7 +114,9 @@ class Link:
         recv = torch.empty(sum(recv_sizes), dtype=torch.uint8, device=send.device)
         send_sizes = [c.numel() for c in chunks]
         me = self.rank
-        self.counter.add(sum(send_sizes) - send_sizes[me], sum(recv_sizes) - recv_sizes[me])
+        self.counter.add(
+            sum(send_sizes) - send_sizes[me], sum(recv_sizes) - recv_sizes[me], self.size - 1
+        )
         with self.counter.timed():
             dist.all_to_all_single(recv, send, recv_sizes, send_sizes, group=self.group)
         return list(recv.split(recv_sizes))
@@ -122,7 +128,7 @@ class Link:
         padded = torch.zeros(width, dtype=torch.uint8, device=chunk.device)
         padded[: chunk.numel()] = chunk.reshape(-1)
         out = torch.empty(self.size * width, dtype=torch.uint8, device=chunk.device)
-        self.counter.add((self.size - 1) * width, (self.size - 1) * width)
+        self.counter.add((self.size - 1) * width, (self.size - 1) * width, self.size - 1)
         with self.counter.timed():
             dist.all_gather_single(out, padded, group=self.group)
         return [out[j * width : j * width + n] for j, n in enumerate(sizes)]
@@ -132,11 +138,11 @@ class Link:
         chunk = chunk.reshape(-1)
         if self.rank == root:
             out = [torch.empty_like(chunk) for _ in range(self.size)]
-            self.counter.add(0, (self.size - 1) * _nbytes(chunk))
+            self.counter.add(0, (self.size - 1) * _nbytes(chunk), 0)
             with self.counter.timed():
                 dist.gather(chunk, out, dst=self._global(root), group=self.group)
             return out
-        self.counter.add(_nbytes(chunk), 0)
+        self.counter.add(_nbytes(chunk), 0, 1)
         with self.counter.timed():
             dist.gather(chunk, None, dst=self._global(root), group=self.group)
         return None
@@ -148,10 +154,10 @@ class Link:
         if self.rank == root:
             assert chunk is not None and chunk.numel() == size
             buf = chunk.reshape(-1).contiguous()
-            self.counter.add((self.size - 1) * size, 0)
+            self.counter.add((self.size - 1) * size, 0, self.size - 1)
         else:
             buf = torch.empty(size, dtype=torch.uint8, device=device)
-            self.counter.add(0, size)
+            self.counter.add(0, size, 0)
         with self.counter.timed():
             dist.broadcast(buf, src=self._global(root), group=self.group)
         return buf

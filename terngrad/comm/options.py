@@ -15,36 +15,30 @@ hook (``--quantize-last`` is ``quantize_last``, ``--min-numel`` is ``min_numel``
 from __future__ import annotations
 
 import dataclasses
-import sys
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from terngrad import quantize
-from terngrad.comm.exchange import AGGREGATES, TOPOLOGIES
+from terngrad.comm.exchange import Exchange
+from terngrad.comm.topologies import TOPOLOGIES
 from terngrad.kernels import KERNELS
-from terngrad.quantize import LevelQuantizer, Quantizer, SymmetricGrid
+from terngrad.quantize import Quantizer, SymmetricGrid
+from terngrad.util.deprecation import warn_deprecated
 from terngrad.util.differences import differences
 from terngrad.util.settings import INT64, NON_NEGATIVE_INT, Range, check_settings, setting
 
 #: tensors with fewer elements stay in full precision by default
 MIN_NUMEL = 1024
-POLICIES = ("quantize", "auto")
+#: which buckets are quantized, and the quantizers each policy serves: ``auto`` predicts the
+#: exchange of the shared-grid quantizers (:mod:`terngrad.comm.policy`)
+POLICIES: Mapping[str, type[Quantizer]] = MappingProxyType(
+    {"quantize": Quantizer, "auto": SymmetricGrid}
+)
 #: the longest wait a collective may be given (a year): past it, timeouts overflow
 MAX_TIMEOUT = 365 * 24 * 3600.0
 _X = "exchange"  # the settings' group: the command line's option group
-
-#: named settings (:meth:`Options.preset`, ``--preset``), each from a measured comparison:
-#:
-#: * ``transformer``: TernGrad with one scale per bucket of 512 elements (the last layer and
-#:   tensors under 1,024 elements in fp32, as by default): of the TernGrad settings that send
-#:   at least 10x fewer bytes than fp32, the one closest to fp32's validation loss on the GPT
-#:   with AdamW (``terngrad reproduce transformer``, docs/results/transformer.md)
-PRESETS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
-    "transformer": MappingProxyType({"quantizer_options": {"bucket_size": 512}}),
-})  # fmt: skip
 
 
 def _fail(message: str) -> None:
@@ -62,8 +56,13 @@ class Options:
 
     * ``quantizer``, ``quantizer_options``: a name from ``quantize.names()`` and its options
       (``clip``, ``bucket_size``, ``levels``, ``packing``, ...);
-    * ``topology``: ``sharded`` (all-to-all + all-gather), ``ps`` (rank 0 aggregates) or
-      ``allgather``;
+    * ``topology``: ``sharded`` (all-to-all + all-gather), ``ps`` (rank 0 aggregates),
+      ``allgather``, or ``own-scales``: each rank rounds on its own scales and sends them with
+      its codes, instead of the scales' MAX over the ranks (scalar sharing, the paper's Sec.
+      3.2): no round to agree the scales, so one collective a bucket; the shared-grid
+      quantizers only (:class:`~terngrad.comm.OwnScalesExchange`). Which quantizers,
+      aggregates and policies a topology serves is said by its class
+      (:meth:`~terngrad.comm.Exchange.check`);
     * ``kernels``: ``auto`` (fused numba kernels for CPU tensors, Triton for CUDA, else the
       torch reference), ``numba``, ``triton`` or ``torch``; backends give the same bytes;
     * ``policy``: ``quantize`` every parameter not kept in full precision, or ``auto``: per DDP
@@ -84,10 +83,6 @@ class Options:
       the sharded grid — instead of one a bucket, but none of it overlaps the backward pass.
       For TernGrad and QSGD the averaged gradients are the same bits either way (the scales
       are per parameter, the sums exact); the other quantizers' shards are cut elsewhere;
-    * ``own_scales``: each rank rounds on its own scales and sends them with its codes,
-      instead of the scales' MAX over the ranks (scalar sharing, the paper's Sec. 3.2): no
-      round to agree the scales, so one collective a bucket; topology ``allgather`` and the
-      shared-grid quantizers only (:meth:`~terngrad.comm.AllGatherExchange.own_scales_mean`);
     * ``seed``: every random draw of the exchange derives from it
       (:func:`~terngrad.kernels.stream_seed`);
     * ``timeout``: seconds a collective of the exchange waits before failing with
@@ -96,7 +91,10 @@ class Options:
 
     quantizer: str = setting("terngrad", "a name from quantize.names()", _X, metavar="NAME")
     quantizer_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
-    topology: str = setting("sharded", "sharded, ps or allgather", _X, metavar="NAME")
+    topology: str = setting(
+        "sharded", "sharded, ps, allgather or own-scales (each rank's own scales, shared-grid "
+        "quantizers: one collective a bucket)", _X, metavar="NAME",
+    )  # fmt: skip
     kernels: str = setting(
         "auto", "encode/decode kernels: auto, numba, triton or torch (the reference)", _X,
         metavar="NAME",
@@ -122,10 +120,6 @@ class Options:
         False, "exchange a step's DDP buckets together at the last one (fewer collective "
         "rounds, no overlap with the backward pass)", _X,
     )  # fmt: skip
-    own_scales: bool = setting(
-        False, "each rank rounds on its own scales, sent with its codes (no scalar sharing): "
-        "one collective a bucket; topology allgather only", _X,
-    )  # fmt: skip
     seed: int = setting(0, "seed of every random draw of the exchange", _X, INT64)
     timeout: float | None = setting(
         None, "seconds a collective may wait for a dead or stuck rank", _X,
@@ -146,60 +140,17 @@ class Options:
         q = self.make_quantizer()  # raises for an unknown or bad option
         _one_of("topology", self.topology, TOPOLOGIES)
         _one_of("kernels", self.kernels, KERNELS)
-        _one_of("policy", self.policy, POLICIES)
-        _one_of("aggregate", self.aggregate, AGGREGATES)
-        if self.aggregate == "coherent" and not isinstance(q, LevelQuantizer):
+        _one_of("policy", self.policy, tuple(POLICIES))
+        if not isinstance(q, POLICIES[self.policy]):
             _fail(
-                "aggregate 'coherent' agrees the per-bucket levels of linear, orq, bingrad-b, "
-                f"bingrad-pb and signsgd among the ranks; {self.quantizer} has no such levels"
-                + (
-                    " (its grid is shared already: scalar sharing)"
-                    if isinstance(q, SymmetricGrid)
-                    else ""
-                )
-                + ": use aggregate 'requantize'"
+                f"policy {self.policy!r} predicts the exchange of the shared-grid quantizers "
+                f"(terngrad, qsgd); {self.quantizer} has no such model: use policy 'quantize'"
             )
-        if self.policy == "auto" and not isinstance(q, SymmetricGrid):
-            _fail(
-                "policy 'auto' predicts the exchange of the shared-grid quantizers (terngrad, "
-                f"qsgd); {self.quantizer} has no such model: use policy 'quantize'"
-            )
-        if self.own_scales is True:
-            if not isinstance(q, SymmetricGrid):
-                _fail(
-                    f"own_scales rounds the shared-grid quantizers (terngrad, qsgd) on each "
-                    f"rank's own scales; {self.quantizer} has no shared grid: leave own_scales off"
-                )
-            if self.topology != "allgather":
-                _fail(
-                    "own_scales needs topology 'allgather': every rank decodes every rank's "
-                    f"codes on their sender's scales; {self.topology!r} sums codes on one "
-                    "shared grid"
-                )
-            if self.policy == "auto":
-                _fail("policy 'auto' models the exchange with scalar sharing: with own_scales "
-                      "use policy 'quantize'")  # fmt: skip
-        for name in ("error_feedback", "quantize_last", "fuse_buckets", "own_scales"):
+        Exchange.registry[self.topology].check(q, self.aggregate, self.policy)
+        for name in ("error_feedback", "quantize_last", "fuse_buckets"):
             if not isinstance(getattr(self, name), bool):
                 _fail(f"{name} must be True or False, got {getattr(self, name)!r}")
         check_settings(self)  # min_numel, full_precision_steps, seed, timeout
-
-    @classmethod
-    def preset(cls, name: str, **settings: Any) -> Options:
-        """The settings of preset ``name`` (:data:`PRESETS`), with ``settings`` (the flat
-        keywords of :meth:`of`: fields by name, any other keyword a quantizer option) put over
-        them: ``Options.preset("transformer", seed=3)``."""
-        if not isinstance(name, str) or name not in PRESETS:
-            _fail(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
-        base = dict(PRESETS[name])
-        names = {f.name for f in dataclasses.fields(cls)}
-        q_options = {
-            **base.pop("quantizer_options", {}),
-            **settings.pop("quantizer_options", {}),
-            **{k: v for k, v in settings.items() if k not in names},
-        }
-        chosen = {**base, **{k: v for k, v in settings.items() if k in names}}
-        return cls(**chosen, quantizer_options=q_options)
 
     @classmethod
     def of(
@@ -207,24 +158,12 @@ class Options:
     ) -> Options:
         """Options from the flat keywords that :func:`terngrad.ddp.register` takes: the fields
         by name, every other keyword a quantizer option (``clip=2.0``). ``quantizer`` may be a
-        :class:`~terngrad.quantize.Quantizer`: its name and options are taken. ``preset=NAME``
-        starts from that preset (:meth:`preset`): the other settings, and a quantizer or
-        topology other than the defaults, are put over it."""
-        if "preset" in settings:
-            name = settings.pop("preset")
-            if not isinstance(quantizer, str):
-                _fail("a preset names its quantizer: give the quantizer by name, not an instance")
-            given = {"quantizer": quantizer} if quantizer != "terngrad" else {}
-            if topology != "sharded":
-                given["topology"] = topology
-            return cls.preset(name, **given, **settings)
-        if "exclude_last" in settings:  # the name before 0.2
-            warnings.warn(
-                "exclude_last is deprecated: use quantize_last (= not exclude_last)",
-                FutureWarning,
-                stacklevel=_caller_level(),
-            )
-            settings["quantize_last"] = not settings.pop("exclude_last")
+        :class:`~terngrad.quantize.Quantizer`: its name and options are taken. (A named method
+        or preset: :func:`terngrad.comm.methods.hook_options`.)"""
+        for old, new in _RENAMED.items():
+            if old in settings:
+                warn_deprecated(f"{old} is deprecated: use {new}")
+        settings = _migrated({"topology": topology, **settings})
         names = {f.name for f in dataclasses.fields(cls)}
         chosen = {k: v for k, v in settings.items() if k in names}
         extra = {k: v for k, v in settings.items() if k not in names}
@@ -233,7 +172,13 @@ class Options:
             if q_options:
                 _fail("pass quantizer options to quantize.get, not with a quantizer instance")
             quantizer, q_options = quantizer.name, quantizer.options
-        return cls(quantizer=quantizer, quantizer_options=q_options, topology=topology, **chosen)
+        return cls(quantizer=quantizer, quantizer_options=q_options, **chosen)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> Options:
+        """The options :meth:`to_dict` wrote, by this version or an earlier one (whose
+        ``own_scales`` is now the topology ``own-scales``)."""
+        return cls(**_migrated(dict(values)))
 
     def make_quantizer(self) -> Quantizer:
         """The quantizer these options name: ``quantize.get(quantizer, **quantizer_options)``."""
@@ -260,10 +205,22 @@ def _from_dict(values: dict[str, Any]) -> Options:
     return Options(**values)
 
 
-def _caller_level() -> int:
-    """The ``stacklevel`` of the first frame outside the terngrad package (a warning names
-    the user's line, however deep in terngrad it is raised)."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_globals.get("__name__", "").startswith("terngrad"):
-        frame, level = frame.f_back, level + 1
-    return level
+#: settings of earlier versions, and what they are now
+_RENAMED = {
+    "exclude_last": "quantize_last (= not exclude_last)",
+    "own_scales": "topology='own-scales' (own_scales=True with topology 'allgather')",
+}
+
+
+def _migrated(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` with those of earlier versions (:data:`_RENAMED`) turned into today's."""
+    if "exclude_last" in settings:  # the name before 0.2
+        settings["quantize_last"] = not settings.pop("exclude_last")
+    if settings.pop("own_scales", False) is True:  # a topology of its own since 0.3
+        if settings.get("topology", "sharded") != "allgather":
+            _fail(
+                "own_scales=True went with topology 'allgather' only; it is now the topology "
+                "'own-scales': give topology='own-scales'"
+            )
+        settings["topology"] = "own-scales"
+    return settings

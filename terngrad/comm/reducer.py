@@ -21,7 +21,6 @@ import torch.distributed as dist
 
 from terngrad.comm import full_precision
 from terngrad.comm.agreement import check_same_config, check_saved_config, exchange_config
-from terngrad.comm.exchange import make_exchange
 from terngrad.comm.full_precision import Deferred
 from terngrad.comm.link import Link
 from terngrad.comm.memory import ErrorFeedback
@@ -29,6 +28,7 @@ from terngrad.comm.options import Options
 from terngrad.comm.plans import BucketPlan, Planner, full_precision_names, gather, scatter
 from terngrad.comm.policy import AutoPolicy, Estimate
 from terngrad.comm.stats import Counters, Stats, Timing
+from terngrad.comm.topologies import make_exchange
 from terngrad.kernels import Streams, resolve, stream_seed
 
 STATE_FORMAT = 1
@@ -89,7 +89,6 @@ class Reducer:
             self.link,
             options.aggregate,
             self.kernels,
-            own_scales=options.own_scales,
         )
         self.memory = ErrorFeedback() if options.error_feedback else None
         self.generator = torch.Generator(device=device).manual_seed(

@@ -10,8 +10,9 @@ from terngrad.comm.link import ByteCounter
 
 @dataclass(frozen=True)
 class Stats:
-    """What one rank's exchanges did: bytes as handed to the collectives (see
-    :mod:`terngrad.comm.link` for how each collective is counted), steps, skipped steps."""
+    """What one rank's exchanges did: bytes as handed to the collectives and the
+    point-to-point messages sent (see :mod:`terngrad.comm.link` for how each collective is
+    counted), steps, skipped steps."""
 
     steps: int
     skipped_steps: int
@@ -19,6 +20,8 @@ class Stats:
     bytes_received: int
     last_step_bytes_sent: int
     last_step_bytes_received: int
+    messages_sent: int = 0
+    last_step_messages_sent: int = 0
 
     @property
     def bytes_sent_per_step(self) -> float:
@@ -50,14 +53,14 @@ class Counters:
         self.bytes = bytes
         self.steps = self.skipped_steps = 0
         self.exchange_seconds = 0.0
-        self._step_start = (0, 0)
-        self._last_step = (0, 0)
+        self._step_start = (0, 0, 0)
+        self._last_step = (0, 0, 0)
 
     def close_step(self, skipped: bool) -> None:
         """A step is over: count it, and the bytes it moved."""
-        c = self.bytes
-        self._last_step = (c.sent - self._step_start[0], c.received - self._step_start[1])
-        self._step_start = (c.sent, c.received)
+        now = (self.bytes.sent, self.bytes.received, self.bytes.messages)
+        self._last_step = tuple(a - b for a, b in zip(now, self._step_start, strict=True))
+        self._step_start = now
         self.steps += 1
         self.skipped_steps += skipped
 
@@ -69,6 +72,8 @@ class Counters:
             bytes_received=self.bytes.received,
             last_step_bytes_sent=self._last_step[0],
             last_step_bytes_received=self._last_step[1],
+            messages_sent=self.bytes.messages,
+            last_step_messages_sent=self._last_step[2],
         )
 
     def timing(self) -> Timing:
@@ -80,9 +85,11 @@ class Counters:
             "skipped_steps": self.skipped_steps,
             "bytes_sent": self.bytes.sent,
             "bytes_received": self.bytes.received,
+            "messages_sent": self.bytes.messages,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.steps, self.skipped_steps = state["steps"], state["skipped_steps"]
         self.bytes.sent, self.bytes.received = state["bytes_sent"], state["bytes_received"]
-        self._step_start = (self.bytes.sent, self.bytes.received)
+        self.bytes.messages = state.get("messages_sent", 0)  # not counted before 0.3
+        self._step_start = (self.bytes.sent, self.bytes.received, self.bytes.messages)

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from terngrad.comm.options import Options
+from terngrad.comm.methods import hook_options
 from terngrad.comm.plans import last_layer_names
 from terngrad.comm.reducer import Reducer
 from terngrad.comm.stats import Stats, Timing
@@ -51,7 +51,7 @@ class Synchronizer:
         if not bucket_cap_mb > 0:
             raise ValueError(f"bucket_cap_mb must be positive, got {bucket_cap_mb!r}")
         extra = {k: settings.pop(k) for k in ("estimate", "group") if k in settings}
-        options = Options.of(quantizer, topology, **settings)
+        options = hook_options(quantizer, topology, **settings)
         if options.fuse_buckets:
             raise ValueError(
                 "fuse_buckets is the DDP hook's: the Synchronizer exchanges its buckets of "

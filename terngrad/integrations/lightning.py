@@ -21,6 +21,7 @@ from typing import Any
 from torch import nn
 
 from terngrad.comm.hook import State, check_registrable, hook
+from terngrad.comm.methods import hook_options
 from terngrad.comm.options import Options
 from terngrad.integrations.common import drop_gradients, loss_scaling_refused, warn_one_process
 
@@ -44,7 +45,7 @@ class TernGradCallback(Callback):
         defaults = not settings and (quantizer, topology) == ("terngrad", "sharded")
         if state is not None and not defaults:
             raise ValueError("give TernGradCallback either state=... or the settings, not both")
-        self._options = None if defaults else Options.of(quantizer, topology, **settings)
+        self._options = None if defaults else hook_options(quantizer, topology, **settings)
         #: the hook's state (bytes in ``state.stats``); made when fitting starts unless given
         self.state = state
 

@@ -35,7 +35,7 @@ from torch import nn
 from transformers import Trainer, TrainerCallback
 
 from terngrad.comm.hook import State
-from terngrad.comm.options import Options
+from terngrad.comm.methods import hook_options
 from terngrad.comm.traffic import ring_bytes
 from terngrad.integrations import accelerate
 from terngrad.integrations.common import drop_gradients, loss_scaling_refused, warn_one_process
@@ -55,7 +55,7 @@ class TernGradCallback(TrainerCallback):
 
     def __init__(self, quantizer: str = "terngrad", topology: str = "sharded",
                  **settings: Any) -> None:  # fmt: skip
-        self.options = Options.of(quantizer, topology, **settings)
+        self.options = hook_options(quantizer, topology, **settings)
         #: the hook's state, made when training starts (``None`` before, or in one process)
         self.state: State | None = None
         self._fp32_bytes = 0

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from torch import nn
 
-BASELINES = ("fp32", "fp16", "powersgd")
-POWERSGD_RANK = 2
+from terngrad.comm.methods import BASELINES, POWERSGD_RANK
+
 POWERSGD_START = 2  # plain all-reduce for the first steps, as PyTorch's docs advise
 
 

@@ -250,7 +250,7 @@ class TrainConfig:
                 moved = exchange.pop(name)
                 if moved is not None:
                     values.setdefault(name, moved)
-        return cls(**values, exchange=Options(**exchange))
+        return cls(**values, exchange=Options.from_dict(exchange))
 
 
 #: options that were fields of TrainConfig itself before the exchange's options object

@@ -5,7 +5,7 @@ loopback) or, with ``nnodes``/``rdzv_endpoint``, hands them to ``torchrun``'s el
 a real cluster. Each process runs :func:`terngrad.train.loop.train_worker`.
 
 ``python -m terngrad.train.launch CONFIG`` is one worker started by torchrun, or by the testbed
-of :mod:`terngrad.bench.accuracy` (environment rendezvous); CONFIG is the run folder's
+of :mod:`terngrad.experiments.time_to_accuracy` (environment rendezvous); CONFIG is the run folder's
 ``config.json`` (:func:`terngrad.train.run_folder.write_run_config`).
 """
 

@@ -5,7 +5,7 @@ An evaluation's record: step, loss and accuracy on the test set (a language mode
 validation windows, with ``bits_per_char``), ``train_loss`` (mean since the last evaluation),
 ``lr`` (that step's), ``bytes_sent`` (the hook's count, this rank, cumulative), ``seconds``
 (wall clock), ``train_seconds`` (the steps alone) and ``wire_bytes`` (inside the testbed of
-:mod:`terngrad.bench.accuracy`: what the ranks' interfaces sent during the steps).
+:mod:`terngrad.experiments.time_to_accuracy`: what the ranks' interfaces sent during the steps).
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ def test_a_two_method_reproduction_writes_the_table_and_reads_back(tmp_path, cap
     assert "| fp32 |" in table and "| terngrad-fp |" in table and "within 2%, ≥10x" in table
     assert (out / "curves.png").stat().st_size > 10_000
     assert (out / "tradeoff.png").stat().st_size > 10_000
-    from terngrad.train import comparison
+    from terngrad.experiments import comparison
 
     monkeypatch.setattr(comparison, "launch", lambda cfg: pytest.fail("retrained"))
     assert main(argv) == 0

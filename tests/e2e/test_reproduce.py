@@ -30,7 +30,7 @@ def test_a_two_run_smoke_reproduction(tmp_path, capsys, monkeypatch):
     printed = capsys.readouterr().out
     assert "[2/2] orq-5 clip seed 0 (allgather): final" in printed
     # run again: both runs are read back, none is trained
-    from terngrad.train import comparison
+    from terngrad.experiments import comparison
 
     monkeypatch.setattr(comparison, "launch", lambda cfg: pytest.fail("retrained"))
     assert main([*SMOKE, "--out", str(out)]) == 0

@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 from support import accuracy_base, why_no_testbed
 
-from terngrad.bench import accuracy, accuracy_report, network, testbed
-from terngrad.train import comparison, models
+from terngrad.bench import network, testbed
+from terngrad.experiments import comparison
+from terngrad.experiments import time_to_accuracy as tta
+from terngrad.experiments import time_to_accuracy_report as tta_report
+from terngrad.train import models
 
 PREFIX = "tgtest"
 #: why the testbed cannot run here, or None
@@ -115,7 +118,7 @@ ACCURACY_PREFIX = "tgacc"
 
 @pytest.mark.skipif(WHY_NOT is not None, reason=f"testbed: {WHY_NOT}")
 def test_two_ranks_two_methods_on_the_shaped_testbed(tmp_path):
-    plan = accuracy.AccuracyComparison(
+    plan = tta.AccuracyComparison(
         accuracy_base(tmp_path),
         ("fp32", "terngrad"),
         "100mbit",
@@ -147,7 +150,7 @@ def test_two_ranks_two_methods_on_the_shaped_testbed(tmp_path):
     table = (out / "results.md").read_text()
     assert "| fp32 |" in table and "| terngrad |" in table
     assert json.loads((out / "results.json").read_text())["methods"][1]["method"] == "terngrad"
-    drawn = accuracy_report.plot(results, out / "again.png")
+    drawn = tta_report.plot(results, out / "again.png")
     assert drawn == (["fp32", "terngrad"], ["fp32", "terngrad"])  # every method, both panels
     assert (out / "time-to-accuracy.png").stat().st_size > 10_000
     # run again: every method is read back, nothing is trained twice
@@ -173,11 +176,11 @@ def test_two_ranks_two_methods_on_the_shaped_testbed(tmp_path):
 def test_a_small_bandwidth_sweep(tmp_path):
     """Two link rates, one seed, runs stopped at a low target: each rate's comparison in its
     own folder, then the sweep's table, JSON and plot (on its own namespace prefix)."""
-    from terngrad.bench import sweep
+    from terngrad.experiments import sweep
 
     out = tmp_path / "sweep"
     base = accuracy_base(out, steps=20, eval_every=5)
-    plan = accuracy.AccuracyComparison(base, ("fp32", "terngrad"), "100mbit", 0.3,
+    plan = tta.AccuracyComparison(base, ("fp32", "terngrad"), "100mbit", 0.3,
                                        prefix="tgsweep", stop_at_target=True)  # fmt: skip
     plans = sweep.comparisons(plan, ["100mbit", "unlimited"])
     text = sweep.run(plans, lambda p: comparison.run(p, Path(p.base.out), echo=print), out)

@@ -1,5 +1,5 @@
 """One-process simulation of N = 4 ranks' AdamW variance estimators on gpt-small, without
-compression (docs/results/transformer.md, "How the estimator was found"): each step draws 4
+compression (docs/results/gpt.md, "How the estimator was found"): each step draws 4
 batches of 16 windows, one per simulated rank, and steps AdamW (lr 1e-3, weight decay 0.1 on
 matrices, warm-up then cosine over TOTAL steps) along their mean gradient, with the variance
 
@@ -15,11 +15,12 @@ validation bits per character every 100 steps and writes them to sim-<variant>-<
 """
 import sys, math, json, time
 import torch
-from terngrad.train import transformer, setup, models, schedule
+from terngrad.train import setup, models, schedule
+from terngrad.experiments import gpt
 variant, steps, total, sync = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 torch.set_num_threads(1)
 N, B = 4, 16
-cfg = transformer.protocol("/tmp/sim", model="gpt-small", steps=total)
+cfg = gpt.protocol("/tmp/sim", model="gpt-small", steps=total)
 data = setup.load_data(cfg, seed=0)
 model = setup.build_model(cfg, data)
 params = list(model.parameters())

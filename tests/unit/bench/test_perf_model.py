@@ -10,6 +10,7 @@ from torch import nn
 
 from terngrad import quantize
 from terngrad.bench import perf_model as M
+from terngrad.bench import traffic_model
 from terngrad.bench import scaling, validation
 from terngrad.cli import main
 from terngrad.comm.policy import Estimate, decide
@@ -76,42 +77,56 @@ def test_buckets_follow_ddp_caps(tiny):
     assert [len(b) for b in tiny.buckets()] == [4, 2]
 
 
+def _busiest(prof, method, world):
+    """Per transfer, the most bytes on any rank's critical path."""
+    return [max(r.path for r in t.ranks) for t in traffic_model.transfers(prof, method, world)]
+
+
 def test_traffic_of_each_method(tiny):
     n, world = tiny.numel, 4
-    assert M.method("fp32").traffic(tiny.params, world).busiest == 2 * 3 * 4 * n // 4
-    fp16 = M.method("fp16").traffic(tiny.params, world)
-    assert fp16.busiest == 2 * 3 * 2 * n // 4 and fp16.codec_elements == n
+    assert sum(_busiest(tiny, "fp32", world)) == 2 * 3 * 4 * n // 4  # a ring all-reduce a bucket
+    fp16 = traffic_model.transfers(tiny, "fp16", world)
+    assert sum(max(r.path for r in t.ranks) for t in fp16) == 2 * 3 * 2 * n // 4
+    assert sum(t.codec_elements for t in fp16) == n
     # PowerSGD rank 2 compresses n x m when 2 (n + m) 2 < n m: fc1 (600 x 512), fc2 (10 x 600)
     # and conv (8 x 27: 140 < 216); biases are all-reduced as they are
-    psgd = M.method("powersgd").traffic(tiny.params, world)
+    (psgd,) = traffic_model.transfers(tiny, "powersgd", world)
     p_side, q_side, plain = (600 + 10 + 8) * 2, (512 + 600 + 27) * 2, 600 + 10 + 8
     expected = sum(ring_bytes(4 * k, world) for k in (plain, p_side, q_side))
-    assert (psgd.busiest, psgd.messages) == (expected, 3 * 2 * (world - 1))
+    assert (psgd.ranks[0].path, psgd.ranks[0].messages) == (expected, 3 * 2 * (world - 1))
+    # its first steps: a plain all-reduce
+    (first,) = traffic_model.transfers(tiny, "powersgd", world, step=1)
+    assert first.ranks[0].sent == ring_bytes(4 * n, world)
     # the hook: last layer and tensors under 1024 elements deferred to one fp32 all-reduce at
     # the end; fc1.weight on the grid with its bucket
-    tern = M.method("terngrad")
-    kept = [p.name for p in tiny.params if tern.deferred(p)]
-    assert kept == ["fc2.bias", "fc2.weight", "fc1.bias", "conv.bias", "conv.weight"]
-    quantized = [p for p in tiny.params if not tern.deferred(p)]
+    kept = 10 + 6000 + 600 + 8 + 216
     grid = grid_traffic("sharded", 600 * 512, 1, world, 1)
-    assert tern.traffic(quantized, world).busiest == max(t.path for t in grid)
+    assert _busiest(tiny, "terngrad", world) == [
+        max(t.path for t in grid), ring_bytes(4 * kept, world)
+    ]
     root = grid_traffic("ps", 600 * 512, 1, world, 1)[0]
     # the server's link: it receives N-1 frames, then sends N-1 sums
-    assert M.method("terngrad-ps").traffic(quantized, world).busiest == root.path
+    assert _busiest(tiny, "terngrad-ps", world)[0] == root.path
     assert root.path == root.sent + root.received - ring_bytes(4 * 2, world)
     q = quantize.get("qsgd", levels=5)
     n_scales = Layout.of(600 * 512, [600 * 512], q.bucket_size).n_buckets
     qgrid = grid_traffic("sharded", 600 * 512, n_scales, world, q.m)
-    assert M.method("qsgd").traffic(quantized, world).busiest == max(t.path for t in qgrid)
+    assert _busiest(tiny, "qsgd-5", world)[0] == max(t.path for t in qgrid)
+    # own scales: one all-gather of each rank's message (and a flag byte), no scale round
+    own = traffic_model.transfers(tiny, "terngrad-own-scales", world)[0].ranks[0]
+    message = quantize.get("terngrad").message_nbytes(600 * 512, (600 * 512,)) + 1
+    assert (own.sent, own.messages) == (3 * message, 3)
+    # fused: one exchange of the step's buckets, the deferred all-reduce after it
+    assert len(traffic_model.transfers(tiny, "terngrad-own-scales-fused", world)) == 2
     # in the step: the grid with fc1's bucket, then the deferred fp32 all-reduce at the end
     slow = M.Cluster(world, bytes_per_s=1e6, shared_cores=False)
     step = M.predict(tiny, "terngrad", slow, 1.0)
-    deferred = ring_bytes(4 * sum(p.numel for p in tiny.params if tern.deferred(p)), world)
+    deferred = ring_bytes(4 * kept, world)
     assert step.busiest_bytes == max(t.path for t in grid) + deferred
     ready = next(p.ready for p in tiny.params if p.name == "fc1.weight")
     grid_done = 1 / 3 + ready * 2 / 3 + max(t.path for t in grid) / 1e6
     assert step.seconds == pytest.approx(max(grid_done, 1.0) + deferred / 1e6)
-    with pytest.raises(ValueError, match="knows no method"):
+    with pytest.raises(ValueError, match="unknown method 'top-k'"):
         M.method("top-k")
 
 

@@ -140,7 +140,7 @@ def test_kinds_add_up_to_the_model(small_study):
 def test_study_refuses_bad_input():
     with pytest.raises(ValueError, match="unknown method 'topk'"):
         st.study(_mlp(), nn.functional.cross_entropy, _mlp_batches(3), steps=2, methods=["topk"])
-    with pytest.raises(ValueError, match=r"powersgd .* is not a quantizer"):
+    with pytest.raises(ValueError, match="the study cannot run method powersgd"):
         st.check_methods(["fp16", "powersgd"])
     with pytest.raises(ValueError, match="capture steps must lie"):
         st.study(_mlp(), nn.functional.cross_entropy, _mlp_batches(3), steps=2, capture_at=[5])

@@ -72,21 +72,31 @@ def test_bench_codec_table_and_json(tmp_path, capsys):
     assert all(r["seconds"] > 0 for r in rows)
 
 
-def test_exchange_flags_go_over_a_preset():
-    """``--preset`` starts from the preset; a flag given (even a default value) wins, a flag left
-    out leaves the preset's value."""
+def test_exchange_flags_go_over_a_method():
+    """``--method`` trains the way of the method (its exchange, recipe, warm-up, or PyTorch's
+    baseline); a flag given (even a default value) wins, a flag left out leaves the method's
+    value; ``--preset`` is its older spelling."""
     from terngrad.cli import build_parser
-    from terngrad.cli.flags import exchange_options
+    from terngrad.cli.train import config
     from terngrad.comm import Options
 
-    def options(*flags):
-        return exchange_options(build_parser().parse_args(["train", "--out", "x", *flags]))
+    def run(*flags):
+        return config(build_parser().parse_args(["train", "--out", "x", *flags]), out="x")
 
-    assert options() == Options()  # no flags: the defaults
-    assert options("--preset", "transformer") == Options.preset("transformer")
-    over = options("--preset", "transformer", "--min-numel", "0", "--bucket-size", "64",
-                   "--error-feedback")  # fmt: skip
-    assert over == Options.preset("transformer", min_numel=0, bucket_size=64, error_feedback=True)
+    assert run().exchange == Options()  # no flags: the defaults
+    b512 = Options(quantizer_options={"bucket_size": 512})
+    assert run("--method", "terngrad-b512").exchange == b512
+    over = run("--method", "terngrad-b512", "--min-numel", "0", "--bucket-size", "64",
+               "--error-feedback").exchange  # fmt: skip
+    assert over == Options(min_numel=0, error_feedback=True, quantizer_options={"bucket_size": 64})
+    local = run("--method", "terngrad-b512-ef-localvar100", "--optimizer", "adamw")
+    assert (local.optimizer, local.variance_sync) == ("local-adamw", 100)
+    warm = run("--method", "terngrad-warmup0.2", "--steps", "50")
+    assert warm.exchange.full_precision_steps == 10
+    assert run("--method", "fp16").baseline == "fp16"
+    with pytest.warns(FutureWarning):  # the preset's name: the method it always was
+        old = run("--preset", "transformer")
+    assert old.exchange == b512
 
 
 def test_the_training_flags_are_the_configs_fields():

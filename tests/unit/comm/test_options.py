@@ -49,24 +49,15 @@ def test_options_split_fields_from_quantizer_options():
         assert Options.of(exclude_last=False).quantize_last
 
 
-def test_presets_are_options_with_settings_over_them():
-    from terngrad.comm.options import PRESETS
-
-    preset = PRESETS["transformer"]
-    opts = Options.preset("transformer")
-    assert Options(**{**Options().to_dict(), **preset}) == opts  # exactly the preset's fields
-    # settings go over it: fields by name, other keywords into the quantizer's options
-    over = Options.preset("transformer", seed=3, clip=2.0, bucket_size=2048)
-    assert (over.seed, over.quantizer_options["clip"], over.quantizer_options["bucket_size"]) == (
-        3, 2.0, 2048)  # fmt: skip
-    assert over.diff(opts, ignore=("seed", "quantizer_options")) == []
-    # the hook's flat keywords (register, State, Lightning, accelerate) take preset= too
-    assert Options.of(preset="transformer") == opts
-    assert Options.of("terngrad", "ps", preset="transformer") == opts.replace(topology="ps")
-    with pytest.raises(ValueError, match="unknown preset 'bert'; choose one of: transformer"):
-        Options.preset("bert")
-    with pytest.raises(ValueError, match="give the quantizer by name"):
-        Options.of(get("qsgd"), preset="transformer")
+def test_own_scales_is_a_topology_and_its_older_spelling_still_works():
+    own = Options(topology="own-scales")
+    with pytest.deprecated_call(match="own_scales is deprecated: use topology='own-scales'"):
+        assert Options.of("terngrad", "allgather", own_scales=True) == own
+    # a config or state of an earlier version, own_scales among its fields
+    assert Options.from_dict({**Options(topology="allgather").to_dict(), "own_scales": True}) == own
+    assert Options.from_dict({**Options().to_dict(), "own_scales": False}) == Options()
+    with pytest.raises(ValueError, match="own_scales=True went with topology 'allgather' only"):
+        Options.from_dict({"own_scales": True})
 
 
 def test_options_say_how_they_differ():
@@ -98,10 +89,14 @@ def test_options_say_how_they_differ():
         ({"timeout": 0}, "timeout must be a positive number"),
         ({"timeout": float("inf")}, "timeout"),
         ({"timeout": float("nan")}, "timeout"),
-        ({"own_scales": True}, "own_scales needs topology 'allgather'"),
-        ({"own_scales": True, "topology": "allgather", "quantizer": "linear"}, "no shared grid"),
-        ({"own_scales": True, "topology": "allgather", "policy": "auto"}, "policy 'auto'"),
-        ({"own_scales": "yes"}, "own_scales must be True or False"),
+        # which settings a topology takes is said by its class (Exchange.check)
+        ({"topology": "own-scales", "quantizer": "linear"},
+         r"topology 'own-scales' averages the shared-grid quantizers \(terngrad, qsgd\); "
+         "linear is not one"),
+        ({"topology": "own-scales", "policy": "auto"},
+         "policy 'auto' does not model topology 'own-scales'"),
+        ({"aggregate": "coherent"}, "aggregate 'coherent' serves the level quantizers"),
+        ({"fuse_buckets": "yes"}, "fuse_buckets must be True or False"),
     ],
 )
 def test_options_refuse_bad_values_in_one_line(change, message):
@@ -111,8 +106,12 @@ def test_options_refuse_bad_values_in_one_line(change, message):
 
 
 def test_a_hook_state_saved_before_policy_and_own_scales_existed_loads():
-    """Such a state had their defaults; one saved with other values is refused by name."""
-    config = {"policy": "quantize", "own_scales": False, "seed": 0}
-    check_saved_config(config, {"seed": 0})
-    with pytest.raises(ValueError, match="own_scales"):
-        check_saved_config({**config, "own_scales": True}, {"seed": 0})
+    """Such a state had their defaults; one saved with other values is refused by name; one
+    saved with own_scales is of the topology own-scales."""
+    config = {"policy": "quantize", "topology": "sharded", "seed": 0}
+    check_saved_config(config, {"seed": 0, "topology": "sharded"})
+    check_saved_config(config, {"seed": 0, "topology": "sharded", "own_scales": False})
+    own = {**config, "topology": "own-scales"}
+    check_saved_config(own, {"seed": 0, "topology": "allgather", "own_scales": True})
+    with pytest.raises(ValueError, match="topology='allgather' instead of 'own-scales'"):
+        check_saved_config(own, {"seed": 0, "topology": "allgather", "own_scales": False})

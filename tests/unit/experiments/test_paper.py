@@ -3,12 +3,12 @@ test_train.py for real runs)."""
 
 import json
 
-from terngrad.train import experiments
+from terngrad.experiments import paper
 from terngrad.train.config import TrainConfig
 
 
 def test_lenet_uses_the_papers_settings():
-    runs = experiments.lenet("out", 10_000, (2, 4)).plan()
+    runs = paper.lenet("out", 10_000, (2, 4)).plan()
     assert [r.label for r in runs] == [
         "fp32-sharded, 2 workers", "terngrad, 2 workers", "fp32-sharded, 4 workers",
         "terngrad, 4 workers",
@@ -26,7 +26,7 @@ def test_lenet_uses_the_papers_settings():
 
 
 def test_cifar_uses_table_1_settings():
-    fp32, tern = (r.config for r in experiments.cifar("out", "/data", 1000).plan())
+    fp32, tern = (r.config for r in paper.cifar("out", "/data", 1000).plan())
     assert (fp32.model, fp32.dataset, fp32.optimizer, fp32.lr, fp32.batch_size) == (
         "cifarnet", "cifar10", "adam", 2e-4, 64,
     )  # fmt: skip
@@ -36,11 +36,11 @@ def test_cifar_uses_table_1_settings():
         "terngrad",
     )
     assert not tern.exchange.quantize_last  # the hook's defaults: the last layer in fp32
-    assert experiments.fashion("out", None, 10).plan()[0].config.dataset == "fashion"
+    assert paper.fashion("out", None, 10).plan()[0].config.dataset == "fashion"
 
 
 def test_results_table_and_plot(tmp_path):
-    experiment = experiments.lenet(str(tmp_path), 4, (2,))
+    experiment = paper.lenet(str(tmp_path), 4, (2,))
     runs = experiment.plan()
     summaries = []
     for i, r in enumerate(runs):
@@ -66,7 +66,7 @@ def test_results_table_and_plot(tmp_path):
 
 
 def test_demo_is_lenet_fp32_against_terngrad_on_4_workers():
-    runs = experiments.demo("out", 50).plan()
+    runs = paper.demo("out", 50).plan()
     assert [r.config.exchange.quantizer for r in runs] == ["fp32", "terngrad"]
     assert all(isinstance(r.config, TrainConfig) and r.config.workers == 4 for r in runs)
     assert all(r.config.steps == 50 for r in runs)

@@ -1,5 +1,5 @@
 """The TernGrad paper's experiments and the demo, declared over the comparison runner
-(:mod:`terngrad.train.comparison`): fp32 (through the same sharded exchange, ``fp32-sharded``)
+(:mod:`terngrad.experiments.comparison`): fp32 (through the same sharded exchange, ``fp32-sharded``)
 against TernGrad (``terngrad``), for each worker count, compared in ``results.md`` (a Markdown
 table next to the paper's figures), ``results.json`` and ``curves.png`` (every run's accuracy
 and loss against step).
@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from terngrad.train import methods, outputs
-from terngrad.train.comparison import Comparison, Run
+from terngrad.comm import methods
+from terngrad.experiments.comparison import Comparison, Run
+from terngrad.train import outputs
 from terngrad.train.config import TrainConfig
+from terngrad.train.configure import configure
 from terngrad.train.report import markdown_table, write_curves
 from terngrad.util.files import atomic_write_text
 
@@ -28,7 +30,7 @@ PAPER = {
     "Fashion-MNIST (28×28×1), this project's second real data set.",
 }
 #: the two methods of every experiment here
-METHODS = ("fp32-sharded", "terngrad")
+COMPARED = ("fp32-sharded", "terngrad")
 #: LeNet's protocol: every tensor ternarized
 EVERY_TENSOR = {"quantize_last": True, "min_numel": 0}
 
@@ -50,10 +52,10 @@ class PaperExperiment(Comparison):
     def plan(self) -> list[Run]:
         runs = []
         for n in self.workers:
-            for name in METHODS:
+            for name in COMPARED:
                 folder = str(Path(self.base.out) / f"{name}-{n}w")
-                cfg = methods.get(name).configure(
-                    self.base.replace(workers=n), folder, dict(self.protocol)
+                cfg = configure(
+                    methods.get(name), self.base.replace(workers=n), folder, dict(self.protocol)
                 )
                 runs.append(Run(name, cfg, f"{name}, {n} workers", {"workers": n}))
         return runs

@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from terngrad.train import comparison, methods, outputs, run_folder
-from terngrad.train.comparison import Comparison, Run
+from terngrad.comm import methods
+from terngrad.experiments import comparison
+from terngrad.experiments.comparison import Comparison, Run
+from terngrad.train import outputs, run_folder
 from terngrad.train.config import TrainConfig
+from terngrad.train.configure import configure
 
 
 @dataclass(frozen=True)
@@ -22,7 +25,7 @@ class _Tiny(Comparison):
 
     def plan(self):
         return [
-            Run(m.name, m.configure(self.base, str(Path(self.base.out) / m.name)), m.name)
+            Run(m.name, configure(m, self.base, str(Path(self.base.out) / m.name)), m.name)
             for m in methods.select(self.names)
         ]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from terngrad.bench import testbed
-from terngrad.bench.accuracy import AccuracyComparison
+from terngrad.experiments.time_to_accuracy import AccuracyComparison
 from terngrad.util.files import atomic_write, atomic_write_text
 
 
@@ -40,7 +40,7 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
     method, the mean seconds and steps to target and the speedups; the communication/compute
     ratio of each link (an fp32 ring all-reduce of the model's gradient at the link's rate,
     over the compute of a step: fp32's step on the fastest link swept)."""
-    from terngrad.train.comparison import gradient_numel
+    from terngrad.experiments.comparison import gradient_numel
     from terngrad.train.config import TrainConfig
 
     first = results[0]

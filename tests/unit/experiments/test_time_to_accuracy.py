@@ -6,8 +6,9 @@ import json
 import pytest
 from support import accuracy_base
 
-from terngrad.bench import accuracy, accuracy_report
-from terngrad.train import comparison
+from terngrad.experiments import comparison
+from terngrad.experiments import time_to_accuracy as tta
+from terngrad.experiments import time_to_accuracy_report as tta_report
 
 
 def test_time_to_target_is_the_first_evaluation_that_reaches_it():
@@ -17,17 +18,17 @@ def test_time_to_target_is_the_first_evaluation_that_reaches_it():
         {"step": 30, "accuracy": 0.79, "train_seconds": 3.0, "seconds": 4.5},
         {"step": 40, "accuracy": 0.90, "train_seconds": 4.0, "seconds": 6.0},
     ]
-    first = accuracy_report.time_to_target(curve, 0.8)
+    first = tta_report.time_to_target(curve, 0.8)
     assert first == {"step": 20, "train_seconds": 2.0, "seconds": 3.0}
-    assert accuracy_report.time_to_target(curve, 0.9)["step"] == 40
-    assert accuracy_report.time_to_target(curve, 0.95) is None
+    assert tta_report.time_to_target(curve, 0.9)["step"] == 40
+    assert tta_report.time_to_target(curve, 0.95) is None
 
 
 def test_every_method_gets_its_own_configuration(tmp_path):
     base = accuracy_base(
         tmp_path, exchange=accuracy_base(tmp_path).exchange.replace(quantize_last=True)
     )
-    plan = accuracy.AccuracyComparison(base, ("fp32", "powersgd", "terngrad-ps", "qsgd"), "1gbit",
+    plan = tta.AccuracyComparison(base, ("fp32", "powersgd", "terngrad-ps", "qsgd"), "1gbit",
                                        0.9)  # fmt: skip
     fp32, powersgd, ps, qsgd = (r.config for r in plan.plan())
     assert (fp32.baseline, powersgd.baseline, ps.baseline, qsgd.baseline) == (
@@ -46,7 +47,7 @@ def test_predictions_must_come_from_the_same_setting(tmp_path):
                "compute_seconds": 0.1, "methods": []}  # fmt: skip
     path = tmp_path / "net.json"
     path.write_text(json.dumps(summary))
-    plan = accuracy.AccuracyComparison(
+    plan = tta.AccuracyComparison(
         accuracy_base(tmp_path / "run"),
         ("fp32",),
         "100mbit",
@@ -54,21 +55,21 @@ def test_predictions_must_come_from_the_same_setting(tmp_path):
         predict_with=(str(path), str(path)),
     )
     with pytest.raises(ValueError, match="same model, ranks, --batch-size and --input-shape"):
-        accuracy_report.step_predictions(plan)
+        tta_report.step_predictions(plan)
     summary.update(model="mlp", input_shape=[3, 32, 32])  # all else matches: the shape not
     path.write_text(json.dumps(summary))
     with pytest.raises(ValueError, match=r"'input_shape': \[3, 32, 32\]\}, this run trains"):
-        accuracy_report.step_predictions(plan)
+        tta_report.step_predictions(plan)
 
 
 def test_a_report_needs_finished_runs(tmp_path):
-    plan = accuracy.AccuracyComparison(accuracy_base(tmp_path), ("fp32",), "100mbit", 0.5)
+    plan = tta.AccuracyComparison(accuracy_base(tmp_path), ("fp32",), "100mbit", 0.5)
     with pytest.raises(ValueError, match=r"fp32 .* has not finished in .*: train it first"):
         comparison.report_only(plan, tmp_path)
 
 
 def test_every_method_runs_with_every_seed_and_stops_at_the_target_if_asked(tmp_path):
-    plan = accuracy.AccuracyComparison(accuracy_base(tmp_path, seed=5), ("fp32", "terngrad"),
+    plan = tta.AccuracyComparison(accuracy_base(tmp_path, seed=5), ("fp32", "terngrad"),
                                        "1gbit", 0.9, seeds=3, stop_at_target=True)  # fmt: skip
     runs = plan.plan()
     assert [(r.method, r.config.seed) for r in runs] == [
@@ -76,10 +77,10 @@ def test_every_method_runs_with_every_seed_and_stops_at_the_target_if_asked(tmp_
     ]  # fmt: skip
     assert runs[4].config.out == str(tmp_path / "terngrad-s6")
     assert all(r.config.stop_at_accuracy == 0.9 for r in runs)
-    one = accuracy.AccuracyComparison(accuracy_base(tmp_path), ("fp32",), "1gbit", 0.9).plan()
+    one = tta.AccuracyComparison(accuracy_base(tmp_path), ("fp32",), "1gbit", 0.9).plan()
     assert one[0].config.out == str(tmp_path / "fp32") and one[0].config.stop_at_accuracy is None
     with pytest.raises(ValueError, match="seeds must be at least 1"):
-        accuracy.AccuracyComparison(accuracy_base(tmp_path), ("fp32",), "1gbit", 0.9,
+        tta.AccuracyComparison(accuracy_base(tmp_path), ("fp32",), "1gbit", 0.9,
                                     seeds=0).plan()  # fmt: skip
 
 
@@ -92,20 +93,18 @@ def _run(method, seed, step, seconds):
 
 
 def test_a_method_over_its_seeds():
-    row = accuracy_report.method_row("terngrad", [_run("terngrad", s, 100 * (s + 1), 10.0 * (s + 1))
+    row = tta_report.method_row("terngrad", [_run("terngrad", s, 100 * (s + 1), 10.0 * (s + 1))
                                                   for s in range(3)])  # fmt: skip
     assert row["reached"] == {"step": 200, "train_seconds": 20.0} and row["reached_runs"] == 3
     assert row["steps_to_target_sd"] == pytest.approx(100.0)
     assert row["seeds"] == [0, 1, 2] and row["hook_bytes_per_step"] == 100.0
     assert row["train_seconds"] == 31.0  # the mean of the runs' whole training
-    partly = accuracy_report.method_row(
-        "fp32", [_run("fp32", 0, 100, 9.0), _run("fp32", 1, None, 0)]
-    )
+    partly = tta_report.method_row("fp32", [_run("fp32", 0, 100, 9.0), _run("fp32", 1, None, 0)])
     assert partly["reached"] is None and partly["reached_runs"] == 1  # not every seed: no mean
 
 
 def test_the_sweep_sets_every_bandwidth_side_by_side(tmp_path):
-    from terngrad.bench import sweep
+    from terngrad.experiments import sweep
 
     def results(bandwidth, fp32, tern):
         def method(name, seconds):
@@ -138,7 +137,7 @@ def test_the_sweep_sets_every_bandwidth_side_by_side(tmp_path):
     )  # fmt: skip
     drawn = sweep.plot(out_of_order, tmp_path / "again.png")
     assert drawn == {"fp32": [25.0, 100.0, 400.0], "terngrad": [25.0, 100.0, 400.0]}
-    plan = accuracy.AccuracyComparison(accuracy_base(tmp_path), ("fp32",), "1gbit", 0.9)
+    plan = tta.AccuracyComparison(accuracy_base(tmp_path), ("fp32",), "1gbit", 0.9)
     assert [p.base.out for p in sweep.comparisons(plan, ["1gbit", "25mbit"])] == [
         str(tmp_path / "1gbit"), str(tmp_path / "25mbit"),
     ]  # fmt: skip

@@ -4,25 +4,26 @@ TernGrad was shown on CNNs; users of GRACE report that it diverged on BERT with 
 (sands-lab/grace#14). This comparison trains the character-level GPT of
 :mod:`terngrad.train.models` on Python's documentation (:mod:`terngrad.train.text`) with AdamW,
 a linear warm-up from lr/10 over a tenth of the steps and cosine decay to lr/10, ``workers``
-real processes, and these methods of :data:`terngrad.train.methods.METHODS`:
+real processes, and these methods of :data:`terngrad.comm.methods.METHODS`:
 
 * ``fp32``, ``fp16``: PyTorch's DDP all-reduce and its fp16 compression hook, the references;
 * ``terngrad``: the hook's defaults — one scale per tensor, clipping at 2.5 sigma, the last layer
   (the output head) and tensors under 1,024 elements (biases, layer norms) in fp32;
 * ``terngrad-b512``, ``terngrad-b2048``: one scale per bucket of 512 / 2,048 elements;
 * ``terngrad-ef``: worker-side error feedback;
-* ``terngrad-fp``: full-precision averaging for the first ``full_precision_steps`` steps (by
+* ``terngrad-warmup0.2``: full-precision averaging for the first ``full_precision_steps`` steps (by
   default a fifth of the run, at least 1), then TernGrad — 1-bit Adam's warm-up (Tang et al. 2021);
-* ``terngrad-b512-fp``: both, buckets of 512 after the same warm-up;
-* ``terngrad-momentum``: buckets of 512 with error feedback, and AdamW's variance frozen after a
-  fifth of the steps, its preconditioned momentum exchanged from then on (the whole run in
-  TernGrad: :class:`terngrad.optim.FrozenVarianceAdamW`);
-* ``terngrad-localvar``: the same exchange of the momentum from the first step, AdamW's variance
-  measured by each rank on its own gradient and averaged over the ranks at steps 1, 2, 4, ...,
-  64 and every 100th (:class:`terngrad.optim.LocalVarianceAdamW`); ``fp32-localvar``: the same
-  optimizer through an exact (fp32) exchange, to tell the optimizer's share from TernGrad's;
-* ``terngrad-localvar-all``: ``terngrad-localvar`` with every tensor ternary, the output head and
-  the tensors under 1,024 elements too;
+* ``terngrad-b512-warmup0.2``: both, buckets of 512 after the same warm-up;
+* ``terngrad-b512-ef-frozen0.2``: buckets of 512 with error feedback, and AdamW's variance
+  frozen after a fifth of the steps, its preconditioned momentum exchanged from then on (the
+  whole run in TernGrad: :class:`terngrad.optim.FrozenVarianceAdamW`);
+* ``terngrad-b512-ef-localvar100``: the same exchange of the momentum from the first step,
+  AdamW's variance measured by each rank on its own gradient and averaged over the ranks at
+  steps 1, 2, 4, ..., 64 and every 100th (:class:`terngrad.optim.LocalVarianceAdamW`);
+  ``fp32-sharded-localvar100``: the same optimizer through an exact (fp32) exchange, to tell
+  the optimizer's share from TernGrad's;
+* ``terngrad-b512-last-min0-ef-localvar100``: the same with every tensor ternary, the output
+  head and the tensors under 1,024 elements too (``-noclip``: without clipping);
 * ``qsgd-5``, ``orq-5``: QSGD and ORQ with 5 levels in buckets of 512 (their defaults).
 
 Every TernGrad-family run uses the sharded exchange (the hook's default). The result table gives
@@ -45,19 +46,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from terngrad.train import comparison, methods, models
-from terngrad.train.comparison import Comparison, Run, spread
+from terngrad.comm import methods
+from terngrad.experiments import comparison
+from terngrad.experiments.comparison import Comparison, Run, spread
+from terngrad.train import models
 from terngrad.train.config import TrainConfig
+from terngrad.train.configure import configure
 from terngrad.util.files import atomic_write_text
 
 #: the goal: validation loss within this fraction of fp32's ...
 LOSS_GAP = 0.02
 #: ... while sending at least this many times fewer bytes per step
 BYTES_FACTOR = 10.0
-METHODS = ("fp32", "fp16", "terngrad", "terngrad-b512", "terngrad-b2048", "terngrad-ef",
-           "terngrad-fp", "terngrad-b512-fp", "terngrad-momentum", "terngrad-localvar",
-           "terngrad-localvar-all", "terngrad-localvar-all-noclip", "fp32-localvar", "qsgd-5",
-           "orq-5")  # fmt: skip
+#: the methods compared by default
+DEFAULT_METHODS = (
+    "fp32", "fp16", "terngrad", "terngrad-b512", "terngrad-b2048", "terngrad-ef",
+    "terngrad-warmup0.2", "terngrad-b512-warmup0.2", "terngrad-b512-ef-frozen0.2",
+    "terngrad-b512-ef-localvar100", "terngrad-b512-last-min0-ef-localvar100",
+    "terngrad-b512-noclip-last-min0-ef-localvar100", "fp32-sharded-localvar100", "qsgd-5",
+    "orq-5",
+)  # fmt: skip
 
 
 #: the language models the comparison runs
@@ -91,17 +99,17 @@ class TransformerComparison(Comparison):
     with a full-precision warm-up get ``full_precision_steps`` (a fifth of the steps)."""
 
     base: TrainConfig
-    methods: Sequence[str] = METHODS
+    methods: Sequence[str] = DEFAULT_METHODS
     seeds: int = 1
     full_precision_steps: int | None = None
     title = "terngrad reproduce transformer"
 
     def plan(self) -> list[Run]:
-        chosen = methods.select(self.methods, METHODS)
+        chosen = methods.select(self.methods, DEFAULT_METHODS)
         if self.seeds < 1:
             raise ValueError(f"seeds must be at least 1, got {self.seeds}")
         k = self.full_precision_steps or max(1, self.base.steps // 5)
-        if any(m.full_precision_share for m in chosen) and not 0 < k < self.base.steps:
+        if any(m.warmup for m in chosen) and not 0 < k < self.base.steps:
             raise ValueError(
                 f"full-precision steps must lie between 1 and the run's {self.base.steps - 1}, "
                 f"got {k}"
@@ -110,7 +118,7 @@ class TransformerComparison(Comparison):
         for method in chosen:
             for seed in range(self.seeds):
                 out = str(Path(self.base.out) / f"{method.name}-s{seed}")
-                cfg = method.configure(self.base.replace(seed=seed), out, None, k)
+                cfg = configure(method, self.base.replace(seed=seed), out, None, k)
                 runs.append(Run(method.name, cfg, f"{method.name} seed {seed}", {"seed": seed}))
         return runs
 
@@ -175,7 +183,7 @@ def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -
         f"Settings: AdamW, lr {base.lr} (warm-up from lr/10 over {base.warmup_steps} steps, "
         f"cosine to lr/10), weight decay {base.weight_decay} on matrices and embeddings, "
         f"{base.worker_batch} windows of {models.default_input_shape(base.model)[0]} characters "
-        f"per worker; terngrad-fp and terngrad-b512-fp average in full precision for their "
+        f"per worker; the -warmup0.2 methods average in full precision for their "
         f"first {k} steps. Loss is nats per character on the held-out files' validation windows "
         "(bits/char = loss / ln 2); ± is the sample standard deviation over seeds. Bytes: the "
         "hook's count per rank; for PyTorch's fp32/fp16 hooks the ring all-reduce's 2 (N-1)/N "

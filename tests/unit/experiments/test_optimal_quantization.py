@@ -2,13 +2,13 @@
 2's rows."""
 
 from terngrad import quantize
-from terngrad.train import optimal_quantization as oq
+from terngrad.experiments import optimal_quantization as oq
 
 
 def test_the_full_plan_runs_every_method_with_seeds_and_both_broadcasts(tmp_path):
     base = oq.protocol(str(tmp_path), "lenet", "mnist", None, 4, 600)
     runs = oq.ORQComparison(base).plan()
-    per_variant = len(oq.SEEDED) * 3 + len(oq.METHODS) - len(oq.SEEDED)
+    per_variant = len(oq.SEEDED) * 3 + len(oq.DEFAULT_METHODS) - len(oq.SEEDED)
     assert len(runs) == 2 * per_variant + len(oq.ALGORITHM2)
     assert len({r.config.out for r in runs}) == len(runs)  # one folder each
 

@@ -10,7 +10,7 @@ bytes that travel.
 * Every method quantizes every tensor (the last layer too, no size floor: the protocol
   :data:`PROTOCOL`) in buckets of 512 elements, one set of scales (or levels) each: the methods
   ``terngrad-b512``, ``qsgd-s``, ``linear-s``, ``orq-s``, ``bingrad-b``, ``bingrad-pb`` and
-  ``signsgd-b512`` of :data:`terngrad.train.methods.METHODS`. The available text of the paper
+  ``signsgd-b512`` of :data:`terngrad.comm.methods.METHODS`. The available text of the paper
   does not state its bucket size ``d``; 512 is QSGD's, and what ``terngrad study`` uses.
 * ``noclip``: the methods as they are (TernGrad without its clipping). ``clip``: every method
   clips at 2.5 sigma (:mod:`terngrad.quantize.clipping`) and every run of the variant, fp32
@@ -39,9 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from terngrad.train import comparison, methods
-from terngrad.train.comparison import Comparison, Run, spread
+from terngrad.comm import methods
+from terngrad.experiments import comparison
+from terngrad.experiments.comparison import Comparison, Run, spread
 from terngrad.train.config import TrainConfig
+from terngrad.train.configure import configure
 from terngrad.util.files import atomic_write_text
 
 #: elements per bucket (one set of scales or levels each) of every method
@@ -50,7 +52,7 @@ BUCKET = 512
 CLIP = 2.5
 LEVELS = (3, 5, 9)
 VARIANTS = ("noclip", "clip")
-METHODS = (
+DEFAULT_METHODS = (
     "fp32", "terngrad-b512", *(f"{q}-{s}" for q in ("qsgd", "linear", "orq") for s in LEVELS),
     "bingrad-b", "bingrad-pb", "signsgd-b512",
 )  # fmt: skip
@@ -114,7 +116,7 @@ class ORQComparison(Comparison):
     for (clipped); runs in ``<out>/<variant>/<method>-s<seed>[-ps-<aggregate>]``."""
 
     base: TrainConfig
-    methods: Sequence[str] = METHODS
+    methods: Sequence[str] = DEFAULT_METHODS
     variants: Sequence[str] = VARIANTS
     seeds: int = 3
     warmup_steps: int | None = None
@@ -122,7 +124,7 @@ class ORQComparison(Comparison):
     title = "terngrad reproduce orq"
 
     def plan(self) -> list[Run]:
-        chosen = [m.name for m in methods.select(self.methods, METHODS)]
+        chosen = [m.name for m in methods.select(self.methods, DEFAULT_METHODS)]
         for variant in self.variants:
             if variant not in VARIANTS:
                 raise ValueError(f"unknown variant {variant!r}; choose from: {', '.join(VARIANTS)}")
@@ -150,7 +152,7 @@ class ORQComparison(Comparison):
         base = self.base.replace(seed=seed, warmup_steps=warmup if clipped else 0)
         protocol = {**PROTOCOL, "topology": topology, "aggregate": aggregate,
                     "quantizer_options": {"clip": CLIP if clipped else None}}  # fmt: skip
-        cfg = methods.get(name).configure(base, str(Path(self.base.out) / folder), protocol)
+        cfg = configure(methods.get(name), base, str(Path(self.base.out) / folder), protocol)
         run = Run(name, cfg, "", {"variant": variant, "seed": seed})
         label = f"{name} {variant} seed {seed} ({exchange_of(run)})"
         return Run(name, cfg, label, run.tags)

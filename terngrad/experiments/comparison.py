@@ -5,8 +5,8 @@ An experiment is a :class:`Comparison`: it declares its runs (:meth:`~Comparison
 finished run reads in a line (:meth:`~Comparison.describe`), and its report
 (:meth:`~Comparison.report`); :func:`run` does the rest. ``terngrad demo``, ``reproduce
 lenet|cifar|fashion|orq|transformer`` and ``bench accuracy`` are such declarations
-(:mod:`terngrad.train.experiments`, :mod:`terngrad.train.optimal_quantization`,
-:mod:`terngrad.train.transformer`, :mod:`terngrad.bench.accuracy`).
+(:mod:`terngrad.experiments.paper`, :mod:`terngrad.experiments.optimal_quantization`,
+:mod:`terngrad.experiments.gpt`, :mod:`terngrad.experiments.time_to_accuracy`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ Train = Callable[["Run"], dict[str, Any]]
 @dataclass(frozen=True)
 class Run:
     """One training run of a comparison: its ``method`` (a name of
-    :data:`terngrad.train.methods.METHODS`), its config (whose ``out`` is its own folder),
+    :data:`terngrad.comm.methods.METHODS`), its config (whose ``out`` is its own folder),
     its ``label`` in progress lines, and ``tags`` the report groups by (seed, variant, ...)."""
 
     method: str

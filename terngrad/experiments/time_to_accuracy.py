@@ -2,12 +2,13 @@
 cluster, every method trained in turn — the TernGrad paper's claim (the same accuracy in less
 time), measured end to end rather than as accuracy and step time apart.
 
-A comparison (:class:`AccuracyComparison`) over the runner of :mod:`terngrad.train.comparison`:
+A comparison (:class:`AccuracyComparison`) over the runner of
+:mod:`terngrad.experiments.comparison`:
 the testbed of :mod:`terngrad.bench.testbed` (one network namespace per rank, links shaped with
 ``tc tbf``) is built once; in it each method trains as ``terngrad train`` does (real data,
 evaluations, checkpoints), its ranks started in their namespaces (``python -m
 terngrad.train.launch``, environment rendezvous over the shaped links). The methods are those of
-:data:`terngrad.train.methods.METHODS`: PyTorch's own (``fp32``, ``fp16``, ``powersgd``) and
+:data:`terngrad.comm.methods.METHODS`: PyTorch's own (``fp32``, ``fp16``, ``powersgd``) and
 terngrad's hook, every one under the run's ``quantize_last`` and ``min_numel``.
 
 Per method, from the trainer's evaluations (``metrics.jsonl``):
@@ -34,10 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from terngrad.bench import accuracy_report, testbed
-from terngrad.train import methods, outputs, run_folder
-from terngrad.train.comparison import Comparison, Echo, Run, Train
+from terngrad.bench import testbed
+from terngrad.comm import methods
+from terngrad.experiments import time_to_accuracy_report as report
+from terngrad.experiments.comparison import Comparison, Echo, Run, Train
+from terngrad.train import outputs, run_folder
 from terngrad.train.config import TrainConfig
+from terngrad.train.configure import configure
 from terngrad.train.launch import check_data, check_launch, warm_up_kernels
 from terngrad.util.files import atomic_write_text, read_json
 
@@ -80,7 +84,7 @@ class AccuracyComparison(Comparison):
             for seed in range(self.base.seed, self.base.seed + self.seeds):
                 folder = m.name if self.seeds == 1 else f"{m.name}-s{seed}"
                 base = self.base.replace(seed=seed, stop_at_accuracy=stop)
-                cfg = m.configure(base, str(Path(self.base.out) / folder), protocol)
+                cfg = configure(m, base, str(Path(self.base.out) / folder), protocol)
                 label = f"{m.name} ({m.label})" + (f" seed {seed}" if self.seeds > 1 else "")
                 runs.append(Run(m.name, cfg, label, {"seed": seed}))
         return runs
@@ -95,7 +99,7 @@ class AccuracyComparison(Comparison):
         except testbed.TestbedUnavailable as exc:
             raise ValueError(f"--bandwidth {self.bandwidth}: {exc}") from None
         if self.predict_with is not None:
-            accuracy_report.step_predictions(self)  # unreadable or mismatched results fail now
+            report.step_predictions(self)  # unreadable or mismatched results fail now
         check_data(self.base)  # a missing data set or a too large batch fails here, once
         for r in runs:
             check_launch(r.config)
@@ -130,14 +134,14 @@ class AccuracyComparison(Comparison):
 
     def describe(self, summary: dict[str, Any]) -> str:
         cfg = TrainConfig.from_dict(summary["config"])
-        return accuracy_report.line(accuracy_report.run_row("", cfg, summary, self.target))
+        return report.line(report.run_row("", cfg, summary, self.target))
 
     def report(self, runs: list[Run], summaries: list[dict[str, Any]], out: Path) -> str:
-        results = accuracy_report.summarise(self, runs)
+        results = report.summarise(self, runs)
         atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
-        text = accuracy_report.markdown(results)
+        text = report.markdown(results)
         atomic_write_text(out / "results.md", text)
-        accuracy_report.plot(results, out / "time-to-accuracy.png")
+        report.plot(results, out / "time-to-accuracy.png")
         return text
 
 

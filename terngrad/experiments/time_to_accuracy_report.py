@@ -10,9 +10,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from terngrad.comm import methods
+from terngrad.experiments.comparison import Run
 from terngrad.train import data as datasets
-from terngrad.train import methods, models, outputs
-from terngrad.train.comparison import Run
+from terngrad.train import models, outputs
 from terngrad.train.config import TrainConfig
 from terngrad.util.files import atomic_write, read_json
 
@@ -36,7 +37,7 @@ def run_row(name: str, cfg: TrainConfig, summary: dict, target: float) -> dict[s
     return {
         "method": name,
         "seed": cfg.seed,
-        "label": methods.get(name).label if name else "",
+        "label": methods.get(methods.canonical(name)).label if name else "",
         "reached": time_to_target(curve, target),
         "final_accuracy": summary["accuracy"],
         "best_accuracy": summary["best_accuracy"],

@@ -1,0 +1,148 @@
+"""What every method of the table sends at every rank in a step of DDP training: the bytes and
+messages of each collective, per DDP bucket, exactly as the hook's counters and PyTorch's
+collectives count them (``tests/distributed/test_traffic_model.py`` checks every method of
+:data:`terngrad.comm.methods.METHODS` against a real 2- and 4-rank run, step by step).
+
+Per bucket of ``n`` elements (DDP's buckets: :meth:`Profile.buckets`), N ranks:
+
+* ``fp32``: a ring all-reduce of ``4 n`` bytes; ``fp16`` (``fp16_compress_hook``): of ``2 n``;
+* ``powersgd`` (rank r, one bucket): a plain all-reduce for its first
+  :data:`~terngrad.train.baselines.POWERSGD_START` steps, then three all-reduces: the tensors
+  it does not compress (PyTorch's rule: a ``rows x cols`` view is compressed when
+  ``2 (rows + cols) min(rows, cols, r) < rows cols``), their P factors (``rows r``) and their Q
+  factors (``cols r``), all fp32;
+* terngrad's hook: the quantized parameters through the topology
+  (:func:`~terngrad.comm.traffic.exchange_traffic`: frames, scales, flags), the parameters it
+  keeps in fp32 (the last layer, small tensors) in one all-reduce with the last bucket;
+  ``fused``: one exchange of every bucket at the last; a ``warmup``: every bucket in a plain
+  all-reduce for the run's first ``full_precision_steps`` steps; a ``localvar`` recipe: at
+  the steps its optimizer averages the variances (1, 2, 4, ... below N, then every N-th), one
+  bf16 all-reduce of each bucket's variance and momentum (``4 n`` bytes).
+
+A :class:`Transfer` is one of those exchanges with when it can start (the share of the
+backward pass done) and the elements the codec touches: the performance model
+(:mod:`terngrad.bench.perf_model`) times them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from terngrad.bench.profile import Param, Profile
+from terngrad.comm.methods import LocalVariance, Method, get
+from terngrad.comm.options import Options
+from terngrad.comm.traffic import NONE, Traffic, all_reduce, exchange_traffic, plus
+from terngrad.quantize import Layout
+from terngrad.train.baselines import POWERSGD_RANK, POWERSGD_START
+
+#: the rate PyTorch's PowerSGD compresses by at least (its ``min_compression_rate`` default)
+POWERSGD_MIN_RATE = 2
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One exchange of a step: ``ready``, the share of the backward pass done when it can
+    start; ``ranks``, what each rank moves; ``codec_elements``, the elements it encodes."""
+
+    ready: float
+    ranks: list[Traffic]
+    codec_elements: int = 0
+
+
+def transfers(
+    prof: Profile,
+    method: str | Method,
+    world: int,
+    step: int | None = None,
+    full_precision_steps: int = 0,
+) -> list[Transfer]:
+    """The exchanges of ``method`` at ``step`` (counted from 1) of a run of ``prof`` on
+    ``world`` ranks whose warm-up lasts ``full_precision_steps``; ``step=None``: a steady step
+    (after any warm-up, no variances averaged). ``ValueError`` for what is not modelled."""
+    m = get(method)
+    if world < 1:
+        raise ValueError(f"world must be at least 1, got {world}")
+    if m.baseline == "fp32":
+        return [_plain(b, world, 4) for b in prof.buckets()]
+    if m.baseline == "fp16":
+        return [_plain(b, world, 2, codec=True) for b in prof.buckets()]
+    if m.baseline == "powersgd":
+        return [_powersgd(prof.params, world, step)]
+    if step is not None and m.warmup and not full_precision_steps:
+        raise ValueError(f"{m.name}: give the run's full_precision_steps (its warm-up share)")
+    if step is not None and step <= full_precision_steps:
+        return [_plain(b, world, 4) for b in prof.buckets()]
+    out = _hook(prof, m.exchange, world)
+    if isinstance(m.recipe, LocalVariance) and step is not None and _syncs_at(m.recipe, step):
+        out = [_plain(b, world, 4) for b in prof.buckets()] + out  # bf16 v and m: 4 bytes each
+    return out
+
+
+def step_traffic(
+    prof: Profile,
+    method: str | Method,
+    world: int,
+    step: int | None = None,
+    full_precision_steps: int = 0,
+) -> list[Traffic]:
+    """Per rank, the sum of :func:`transfers` at ``step``."""
+    found = transfers(prof, method, world, step, full_precision_steps)
+    return plus(*(t.ranks for t in found)) if found else [NONE] * world
+
+
+def _syncs_at(recipe: LocalVariance, step: int) -> bool:
+    """:meth:`terngrad.optim.LocalVarianceAdamW.syncs_at`."""
+    return step & (step - 1) == 0 if step < recipe.every else step % recipe.every == 0
+
+
+def _ready(bucket: Sequence[Param]) -> float:
+    return max(p.ready for p in bucket)
+
+
+def _plain(bucket: Sequence[Param], world: int, element_bytes: int, codec=False) -> Transfer:
+    n = sum(p.numel for p in bucket)
+    return Transfer(_ready(bucket), all_reduce(element_bytes * n, world), n if codec else 0)
+
+
+def _powersgd(params: Sequence[Param], world: int, step: int | None) -> Transfer:
+    """PyTorch's ``powerSGD_hook`` on one bucket of ``params`` (see the module docstring)."""
+    n = sum(p.numel for p in params)
+    if step is not None and step <= POWERSGD_START:
+        return Transfer(1.0, all_reduce(4 * n, world))
+    plain = p_side = q_side = 0
+    for p in params:
+        rows = p.shape[0] if p.shape else 1
+        cols = p.numel // rows
+        r = min(rows, cols, POWERSGD_RANK)
+        if (rows + cols) * r * POWERSGD_MIN_RATE < rows * cols:
+            p_side, q_side = p_side + rows * r, q_side + cols * r
+        else:
+            plain += p.numel
+    ranks = plus(*(all_reduce(4 * k, world) for k in (plain, p_side, q_side)))
+    return Transfer(1.0, ranks, n)
+
+
+def _hook(prof: Profile, x: Options, world: int) -> list[Transfer]:
+    """terngrad's hook with options ``x``: each bucket's quantized parameters through the
+    exchange (a step's buckets as one with ``fuse_buckets``), the kept ones in one fp32
+    all-reduce with the last."""
+    q = x.make_quantizer()
+    if x.policy != "quantize":
+        raise ValueError(f"policy {x.policy!r} chooses per bucket at run time: not modelled")
+    kept = [
+        p for p in prof.params if (p.last_layer and not x.quantize_last) or p.numel < x.min_numel
+    ]
+    buckets = prof.buckets()
+    if x.fuse_buckets:
+        buckets = [tuple(p for b in buckets for p in b)]
+    out = []
+    for bucket in buckets:
+        sizes = [p.numel for p in bucket if p not in kept]
+        if sum(sizes):
+            layout = Layout.of(sum(sizes), sizes, q.bucket_size)
+            ranks = exchange_traffic(q, x.topology, layout, world, x.aggregate)
+            out.append(Transfer(_ready(bucket), ranks, layout.numel))
+    if kept:
+        out.append(Transfer(1.0, all_reduce(4 * sum(p.numel for p in kept), world)))
+    return out
