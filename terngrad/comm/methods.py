@@ -201,9 +201,7 @@ class Method:
         elif self.recipe is not None and not recipe:
             why = f"it does not run the optimizer recipe ({self.recipe.words})"
         elif self.warmup and not warmup:
-            why = (
-                f"it does not run a full-precision warm-up ({_percent(self.warmup)} of the steps)"
-            )
+            why = f"it does not run a full-precision warm-up ({_percent(self.warmup)} of the steps)"
         elif self.exchange is not None and exchange is not None:
             why = exchange(self.exchange)
         if why:

@@ -10,8 +10,7 @@ from torch import nn
 
 from terngrad import quantize
 from terngrad.bench import perf_model as M
-from terngrad.bench import traffic_model
-from terngrad.bench import scaling, validation
+from terngrad.bench import scaling, traffic_model, validation
 from terngrad.cli import main
 from terngrad.comm.policy import Estimate, decide
 from terngrad.comm.traffic import grid_traffic, ring_bytes
@@ -102,7 +101,8 @@ def test_traffic_of_each_method(tiny):
     kept = 10 + 6000 + 600 + 8 + 216
     grid = grid_traffic("sharded", 600 * 512, 1, world, 1)
     assert _busiest(tiny, "terngrad", world) == [
-        max(t.path for t in grid), ring_bytes(4 * kept, world)
+        max(t.path for t in grid),
+        ring_bytes(4 * kept, world),
     ]
     root = grid_traffic("ps", 600 * 512, 1, world, 1)[0]
     # the server's link: it receives N-1 frames, then sends N-1 sums

@@ -45,7 +45,9 @@ def test_every_name_is_the_spec_it_says_and_reads_back():
 def test_a_new_method_is_one_name_and_defaults_are_left_out():
     m = methods.get("terngrad-own-scales-b256")  # not in the table: the rule reads it
     assert m.exchange == Options(topology="own-scales", quantizer_options={"bucket_size": 256})
-    assert m.label == "TernGrad, each rank's own scales (one collective a bucket), a scale per 256 elements"
+    assert m.label == (
+        "TernGrad, each rank's own scales (one collective a bucket), a scale per 256 elements"
+    )
     # one spec, one form: options at the quantizer's defaults are not part of the name
     same = Method(exchange=Options(quantizer_options={"clip": 2.5, "bucket_size": None}))
     assert same == methods.METHODS["terngrad"] and same.name == "terngrad"
@@ -142,7 +144,7 @@ def test_recipes_set_the_optimizer_and_need_adamw():
 def test_bench_network_runs_baselines_and_the_hook_and_refuses_the_rest():
     assert network.honoured(methods.get("powersgd")).name == "powersgd"
     assert network.honoured(methods.get("terngrad-own-scales-fused")).name
-    with pytest.raises(ValueError, match="bench network cannot run method terngrad-warmup0.2: "
+    with pytest.raises(ValueError, match=r"bench network cannot run method terngrad-warmup0\.2: "
                        "it does not run a full-precision warm-up"):  # fmt: skip
         network.honoured(methods.get("terngrad-warmup0.2"))
     with pytest.raises(ValueError, match="does not run the optimizer recipe"):

@@ -90,11 +90,15 @@ def test_options_say_how_they_differ():
         ({"timeout": float("inf")}, "timeout"),
         ({"timeout": float("nan")}, "timeout"),
         # which settings a topology takes is said by its class (Exchange.check)
-        ({"topology": "own-scales", "quantizer": "linear"},
-         r"topology 'own-scales' averages the shared-grid quantizers \(terngrad, qsgd\); "
-         "linear is not one"),
-        ({"topology": "own-scales", "policy": "auto"},
-         "policy 'auto' does not model topology 'own-scales'"),
+        (
+            {"topology": "own-scales", "quantizer": "linear"},
+            r"topology 'own-scales' averages the shared-grid quantizers \(terngrad, qsgd\); "
+            "linear is not one",
+        ),
+        (
+            {"topology": "own-scales", "policy": "auto"},
+            "policy 'auto' does not model topology 'own-scales'",
+        ),
         ({"aggregate": "coherent"}, "aggregate 'coherent' serves the level quantizers"),
         ({"fuse_buckets": "yes"}, "fuse_buckets must be True or False"),
     ],
