@@ -1,6 +1,7 @@
 """The fused CPU backend: each of the exchange's operations in one parallel pass over CPU
-tensors, through the numba kernels of :mod:`terngrad.kernels.cpu`; and the level quantizers'
-fit, rounding and decoding through those of :mod:`terngrad.kernels.levels_cpu`.
+tensors, through the numba kernels of :mod:`terngrad.kernels.encode_cpu`,
+:mod:`~terngrad.kernels.decode_cpu` and :mod:`~terngrad.kernels.draws_cpu`; and the level
+quantizers' fit, rounding and decoding through those of :mod:`terngrad.kernels.levels_cpu`.
 
 numba is imported when a :class:`NumbaKernels` is made, not when this module is.
 """
@@ -33,13 +34,13 @@ _TARGET_CHUNK = 32768  # elements per parallel task: a few hundred KB of scratch
 def _codec_args(codec: Codec) -> tuple[int, int, int, int]:
     """``(kind, param, k, w)`` for the kernels: kind 0 base-B (k digits per w-byte word),
     1 n-bit stream."""
-    from terngrad.kernels import cpu
+    from terngrad.kernels.packing_cpu import BASE, NBIT
 
     base = _word_base(codec)
     if base is not None:
-        return (cpu.BASE, base, *word_layout(base))
+        return (BASE, base, *word_layout(base))
     if codec.kind == "nbit":
-        return cpu.NBIT, codec.param, 0, 0
+        return NBIT, codec.param, 0, 0
     raise ValueError(f"the fused kernels pack digits, not {codec} floats")
 
 
@@ -100,9 +101,9 @@ class NumbaKernels(Kernels, name="numba", devices=("cpu",)):
 
         if "NUMBA_THREADING_LAYER" not in os.environ:
             numba.config.THREADING_LAYER = "workqueue"
-        from terngrad.kernels import cpu
+        from terngrad.kernels import decode_cpu, draws_cpu, encode_cpu
 
-        self._cpu = cpu
+        self._encode, self._decode, self._draws = encode_cpu, decode_cpu, draws_cpu
         #: the level operations of a quantizer these kernels do not know
         self._reference = TorchKernels()
 
@@ -119,7 +120,7 @@ class NumbaKernels(Kernels, name="numba", devices=("cpu",)):
 
     @staticmethod
     def _run(kernel, *args):
-        """``kernel(*args)`` (a :class:`~terngrad.kernels.cpu.Kernel`) on as many threads as
+        """``kernel(*args)`` (a :class:`~terngrad.kernels.compile_cpu.Kernel`) on as many threads as
         torch uses: the serial build for one (no parallel launch), else the parallel one, one
         launch at a time."""
         import numba
@@ -135,7 +136,7 @@ class NumbaKernels(Kernels, name="numba", devices=("cpu",)):
         x = _np(flat)
         starts = _np(layout.bucket_starts)
         raw = torch.from_numpy(
-            self._run(self._cpu.bucket_moments, x, x.view(np.int32), starts, 1 << 16)
+            self._run(self._encode.bucket_moments, x, x.view(np.int32), starts, 1 << 16)
         )
         shift = torch.from_numpy(x[starts[:-1]]).double()
         moments = _moments(raw[:, 0], raw[:, 1], raw[:, 2], raw[:, 3], raw[:, 4], shift)
@@ -155,7 +156,7 @@ class NumbaKernels(Kernels, name="numba", devices=("cpu",)):
         else:
             keys, uniform = np.zeros(len(layout.segments), np.uint64), _np(draws.reshape(-1))
         self._run(
-            self._cpu.grid_pack,
+            self._encode.grid_pack,
             _np(grid.flat), lo, hi, _np(layout.bucket_starts), bound, _np(shared),
             grid.quantizer.m, _np(layout.segment_starts), keys, uniform,
             *_codec_args(codec), _chunk(codec), out.numpy(),
@@ -167,7 +168,7 @@ class NumbaKernels(Kernels, name="numba", devices=("cpu",)):
         _check_payload(out, out_codec, numel)
         rows = np.stack([_np(p) for p in payloads]) if payloads else np.empty((0, 0), np.uint8)
         ok = self._run(
-            self._cpu.sum_packed, rows, numel, *_codec_args(codec), *_codec_args(out_codec),
+            self._decode.sum_packed, rows, numel, *_codec_args(codec), *_codec_args(out_codec),
             _chunk(codec, out_codec), out.numpy(),
         )  # fmt: skip
         if not ok:
@@ -180,7 +181,7 @@ class NumbaKernels(Kernels, name="numba", devices=("cpu",)):
         _check_range(lo, out.numel(), layout, scales)
         _check_payload(payload, codec, out.numel())
         ok = self._run(
-            self._cpu.decode_packed, _np(payload), out.numel(), *_codec_args(codec), offset,
+            self._decode.decode_packed, _np(payload), out.numel(), *_codec_args(codec), offset,
             np.float32(divisor), np.float32(overflow_limit(offset)), lo,
             _np(layout.bucket_starts), _np(scales.to(torch.float32)),
             _chunk(codec), accumulate, out.numpy(),
@@ -245,7 +246,7 @@ class NumbaKernels(Kernels, name="numba", devices=("cpu",)):
         check_draws(streams, layout)
         out = np.empty(layout.numel, np.float32)
         self._run(
-            self._cpu.uniform_into, _np(layout.segment_starts), streams.key_array(), _TARGET_CHUNK,
-            out,
+            self._draws.uniform_into, _np(layout.segment_starts), streams.key_array(),
+            _TARGET_CHUNK, out,
         )  # fmt: skip
         return torch.from_numpy(out)

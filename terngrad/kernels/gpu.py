@@ -1,4 +1,5 @@
-"""Triton kernels: the fused operations of :mod:`terngrad.kernels.cpu` for CUDA tensors.
+"""Triton kernels: the fused operations of :mod:`terngrad.kernels.encode_cpu` and
+:mod:`~terngrad.kernels.decode_cpu` for CUDA tensors.
 
 The same formulas, operation for operation in float32 (divisions correctly rounded with
 ``tl.div_rn``: Triton's ``/`` is approximate on GPUs), the same counter-based draws and the
@@ -68,7 +69,7 @@ def grid_pack_kernel(
     GIVEN: tl.constexpr, BASE: tl.constexpr, K: tl.constexpr, W: tl.constexpr,
     L: tl.constexpr, STEPS: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """Digits of ``x[lo:hi]`` on the grid, packed: see ``cpu._grid_digit``."""
+    """Digits of ``x[lo:hi]`` on the grid, packed: see ``encode_cpu._grid_digit``."""
     word_id = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     live = word_id < nwords
     first, j, words_in_block, r = _word_place(word_id, hi - lo, K, L)

@@ -13,8 +13,10 @@
   and packing, in one pass.
 * :func:`decode_levels` — unpack and look each digit's level up, into an output buffer.
 
-Packing, chunking and the draws are those of :mod:`terngrad.kernels.cpu`; results are a
-function of the element (or bucket) index only, the same for any thread count.
+Compiling and chunking (:mod:`terngrad.kernels.compile_cpu`), packing
+(:mod:`~terngrad.kernels.packing_cpu`) and the draws (:mod:`~terngrad.kernels.draws_cpu`) are
+those of the grid kernels; results are a function of the element (or bucket) index only, the
+same for any thread count.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange, uint64
 
-from terngrad.kernels.cpu import _OPTS, _chunk_bytes, _fill_draws, _pack, _runs, _unpack, kernel
+from terngrad.kernels.compile_cpu import _OPTS, _runs, kernel
+from terngrad.kernels.draws_cpu import _fill_draws
+from terngrad.kernels.packing_cpu import _chunk_bytes, _pack, _unpack
 from terngrad.quantize.bingrad import PB_STARTS
 
 LINEAR, ORQ, BINGRAD_B, BINGRAD_PB, SIGNSGD = 0, 1, 2, 3, 4

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from terngrad.quantize.layout import Layout
 from terngrad.wire import Codec, check_scales
-
-if TYPE_CHECKING:  # annotations only: base imports this module
-    from terngrad.quantize.base import Encoded, Quantizer
 
 FLOAT32_MAX = torch.finfo(torch.float32).max
 
@@ -212,7 +209,55 @@ def _sizes(value: Any, name: str, field: str) -> tuple[int, ...]:
     return sizes
 
 
-def check_message(q: Quantizer, message: Encoded) -> Layout:
+class MessageRules(Protocol):
+    """What :func:`check_message` asks of the method that decodes a message (a
+    :class:`~terngrad.quantize.base.Quantizer`, which imports this module)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def codec(self) -> Codec: ...
+
+    @property
+    def nonnegative_scales(self) -> bool: ...
+
+    def _message_levels_problem(self, levels: int) -> str | None: ...
+
+    def _scales_per_bucket(self, levels: int) -> int: ...
+
+
+class MessageFields(Protocol):
+    """What :func:`check_message` reads of a message (an :class:`~terngrad.quantize.base.
+    Encoded`, whose module imports this one): its fields as a forged message may hold them —
+    anything, checked one by one — and the layout they give."""
+
+    @property
+    def levels(self) -> Any: ...
+
+    @property
+    def codec(self) -> Any: ...
+
+    @property
+    def shape(self) -> Any: ...
+
+    @property
+    def segments(self) -> Any: ...
+
+    @property
+    def bucket_size(self) -> Any: ...
+
+    @property
+    def payload(self) -> Any: ...
+
+    @property
+    def scales(self) -> Any: ...
+
+    @property
+    def layout(self) -> Layout: ...
+
+
+def check_message(q: MessageRules, message: MessageFields) -> Layout:
     """Every field of ``message`` against ``q`` and the others, before a decode allocates or
     reads anything: the levels the method can have, a codec of its kind (floats, or digits
     enough for the levels; the digits themselves are checked as they are unpacked), the shape,

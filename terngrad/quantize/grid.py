@@ -18,14 +18,13 @@ TernGrad (m = 1) this sums to ``s ||y||_1 - ||y||_2^2``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from terngrad.quantize.base import Encoded, Quantizer, stochastic_round
 from terngrad.quantize.checks import check_finite, flat_gradient
 from terngrad.quantize.clipping import clip_to_sigma
-from terngrad.quantize.kernels import Draws, GridInput, Kernels
+from terngrad.quantize.kernels import Draws, GridInput, Kernels, Moments
 from terngrad.quantize.layout import Layout
 from terngrad.wire import Codec
 
@@ -57,18 +56,6 @@ def _grid_values(
 ) -> torch.Tensor:
     """The mean of the grid values of signed ``codes`` (``|codes| <= divisor``), float32."""
     return grid_decode(codes, layout.expand(scales), divisor, divisor)
-
-
-@dataclass(frozen=True)
-class Moments:
-    """One-pass statistics of each bucket (float64, one value per bucket), from which a fused
-    kernel derives the clip bound and the scale without a second pass over the gradient."""
-
-    count: torch.Tensor
-    mean: torch.Tensor
-    var: torch.Tensor  # population variance
-    sumsq: torch.Tensor
-    maxabs: torch.Tensor  # NaN if the bucket holds a NaN
 
 
 class SymmetricGrid(Quantizer):

@@ -7,7 +7,9 @@ reference.TorchKernels` (the quantizers' own torch code and the wire layer's pac
 step); the fused backends live a layer up (:mod:`terngrad.kernels`: numba on CPU tensors,
 Triton on CUDA tensors) and register here when that package is imported (``import terngrad``
 does), so nothing in this layer imports upward. Given the same scales and draws every backend
-gives the reference's bytes (tested).
+gives the reference's bytes (tested). What a backend asks of each family is a protocol here
+(:class:`GridMethod`, :class:`LevelMethod`; the families' modules import this one), with the
+one-pass :class:`Moments` a fused backend hands a grid quantizer.
 
 A shared-grid quantizer (TernGrad, QSGD) runs, per bucket:
 
@@ -25,17 +27,13 @@ from __future__ import annotations
 import functools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 
 from terngrad.quantize.layout import Layout
 from terngrad.quantize.random import Streams
 from terngrad.wire import Codec
-
-if TYPE_CHECKING:  # annotations only: these modules import this one
-    from terngrad.quantize.grid import SymmetricGrid
-    from terngrad.quantize.levels import LevelQuantizer
 
 #: the ``kernels=`` choices: "auto" picks a fused backend where one can run, else "torch"
 KERNELS = ("auto", "numba", "triton", "torch")
@@ -47,12 +45,73 @@ Draws = Streams | torch.Tensor
 _BACKENDS: dict[str, type[Kernels]] = {}
 
 
+@dataclass(frozen=True)
+class Moments:
+    """One-pass statistics of each bucket (float64, one value per bucket), from which a fused
+    kernel derives the clip bound and the scale without a second pass over the gradient."""
+
+    count: torch.Tensor
+    mean: torch.Tensor
+    var: torch.Tensor  # population variance
+    sumsq: torch.Tensor
+    maxabs: torch.Tensor  # NaN if the bucket holds a NaN
+
+
+class GridMethod(Protocol):
+    """What a backend asks of a shared-grid quantizer (a :class:`~terngrad.quantize.grid.
+    SymmetricGrid`, whose module imports this one): the reference's two steps, and the clip
+    bound and scale from one-pass :class:`Moments`."""
+
+    m: int
+
+    def prepare(self, flat: torch.Tensor, layout: Layout) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def round_to_grid(
+        self, y: torch.Tensor, layout: Layout, scale: torch.Tensor, uniform: torch.Tensor
+    ) -> torch.Tensor: ...
+
+    def clip_bound(self, moments: Moments) -> torch.Tensor | None: ...
+
+    def scale_from_moments(self, moments: Moments, bound: torch.Tensor | None) -> torch.Tensor: ...
+
+
+class LevelMethod(Protocol):
+    """What a backend asks of a level quantizer (a :class:`~terngrad.quantize.levels.
+    LevelQuantizer`, whose module imports this one): its name, levels, codec and rounding, and
+    the reference's fit, rounding and look-up."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def levels(self) -> int: ...
+
+    @property
+    def codec(self) -> Codec: ...
+
+    @property
+    def stochastic(self) -> bool: ...
+
+    def _scales_per_bucket(self, levels: int) -> int: ...
+
+    def _fit(self, rows: torch.Tensor) -> torch.Tensor: ...
+
+    def round_levels(
+        self, y: torch.Tensor, layout: Layout, levels: torch.Tensor, uniform: torch.Tensor | None
+    ) -> torch.Tensor: ...
+
+    @staticmethod
+    def gather_levels(
+        levels: torch.Tensor, digits: torch.Tensor, layout: Layout
+    ) -> torch.Tensor: ...
+
+
 @dataclass
 class GridInput:
     """A gradient prepared for the grid: the quantizer, the flat values and layout, the clip
     bound per bucket (``None``: no clipping) and this rank's local scale per bucket."""
 
-    quantizer: SymmetricGrid
+    quantizer: GridMethod
     flat: torch.Tensor
     layout: Layout
     bound: torch.Tensor | None
@@ -110,7 +169,7 @@ class Kernels(ABC):
     # ------------------------------------------------------------------ the shared grid
 
     @abstractmethod
-    def grid_prepare(self, q: SymmetricGrid, flat: torch.Tensor, layout: Layout) -> GridInput:
+    def grid_prepare(self, q: GridMethod, flat: torch.Tensor, layout: Layout) -> GridInput:
         """Clip bounds ``c σ`` and local scales of ``flat`` per bucket (float32, finite or not:
         a NaN or Inf makes its bucket's scale non-finite): ``q.prepare``, or one pass of
         float64 moments and ``q.clip_bound``/``q.scale_from_moments``."""
@@ -169,9 +228,7 @@ class Kernels(ABC):
     # ------------------------------------------------------------------ per-bucket levels
 
     @abstractmethod
-    def level_fit(
-        self, q: LevelQuantizer, flat: torch.Tensor, layout: Layout
-    ) -> torch.Tensor | None:
+    def level_fit(self, q: LevelMethod, flat: torch.Tensor, layout: Layout) -> torch.Tensor | None:
         """The float32 scales ``(n_buckets, k)`` that ``q`` fits to each bucket of the
         prepared (clipped) ``flat``, ``k = q._scales_per_bucket(q.levels)``: ``q._fit(rows)``
         per bucket (Linear ``(min, max)``; ORQ its ``L`` levels; BinGrad the 2-means or the
@@ -181,7 +238,7 @@ class Kernels(ABC):
     @abstractmethod
     def level_pack(
         self,
-        q: LevelQuantizer,
+        q: LevelMethod,
         flat: torch.Tensor,
         layout: Layout,
         levels: torch.Tensor,
@@ -196,7 +253,7 @@ class Kernels(ABC):
     @abstractmethod
     def level_decode(
         self,
-        q: LevelQuantizer,
+        q: LevelMethod,
         payload: torch.Tensor,
         codec: Codec,
         layout: Layout,

@@ -24,7 +24,8 @@ import torch
 
 from terngrad.quantize.checks import check_bucket_size, check_choice, check_levels
 from terngrad.quantize.clipping import check_clip
-from terngrad.quantize.grid import FLOAT32_MAX, Moments, SymmetricGrid, bucket_max_abs
+from terngrad.quantize.grid import FLOAT32_MAX, SymmetricGrid, bucket_max_abs
+from terngrad.quantize.kernels import Moments
 from terngrad.quantize.layout import Layout
 
 NORMS = ("max", "l2")

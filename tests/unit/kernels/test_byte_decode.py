@@ -1,14 +1,15 @@
 """The fused decode of digits packed in bytes (base 3: five trits a byte; 2 bits: four digits)
-against the torch reference, bit for bit: its 256-row tables (``kernels.cpu._digit_table``,
-the values of a bucket through ``_values_into``, or the digits and the formula in a small
-bucket) on every byte value, random payloads of every length modulo the digits a byte, buckets
-on either side of the table's threshold and scales past the overflow limit."""
+against the torch reference, bit for bit: its 256-row tables
+(``kernels.decode_cpu._digit_table``, the values of a bucket through ``_values_into``, or the
+digits and the formula in a small bucket) on every byte value, random payloads of every length
+modulo the digits a byte, buckets on either side of the table's threshold and scales past the
+overflow limit."""
 
 import pytest
 import torch
 
 from terngrad.kernels import NumbaKernels, TorchKernels
-from terngrad.kernels.cpu import _TABLE_MIN_PER_DIGIT, _digit_table
+from terngrad.kernels.decode_cpu import _TABLE_MIN_PER_DIGIT, _digit_table
 from terngrad.quantize import Layout
 from terngrad.quantize.grid import overflow_limit
 from terngrad.wire import Codec, word_layout

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from terngrad.kernels import NumbaKernels, TorchKernels
-from terngrad.kernels.cpu import _TABLE_MIN_PER_DIGIT
+from terngrad.kernels.decode_cpu import _TABLE_MIN_PER_DIGIT
 from terngrad.quantize import Layout
 from terngrad.quantize.grid import overflow_limit
 from terngrad.wire import Codec, word_layout

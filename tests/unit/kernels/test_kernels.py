@@ -431,13 +431,13 @@ def test_the_serial_and_parallel_builds_give_the_same_bytes():
 
 
 def test_the_digit_in_float_lanes_is_the_integer_formula():
-    """``cpu._grid_digit`` carries floor, step and digit in float32: on every float class
+    """``encode_cpu._grid_digit`` carries floor, step and digit in float32: on every float class
     (zeros, subnormals, huge values, infinities, NaN) and scales, bounds and ``m`` of every kind,
     each digit is that of the integer arithmetic ``uint16(m ± (int32(t) + [u < t - floor t]))``
     it replaced (a NaN ``t`` gives ``m``)."""
     from numba import njit
 
-    from terngrad.kernels.cpu import _grid_digit
+    from terngrad.kernels.encode_cpu import _grid_digit
 
     @njit
     def both(xs, us, bound, scale, m, old, new):
