@@ -5,9 +5,9 @@ communication hook (public entry point: :mod:`terngrad.ddp`).
 Files: ``options`` (the one options object), ``exchange`` (topologies), ``grid`` (one rank's
 digits on the shared grid), ``traffic`` (exact byte formulas), ``link`` (counted collectives),
 ``memory`` (error feedback), ``plans`` (which parameters of a bucket are quantized),
-``reducer`` (a rank's exchange of a model, step by step), ``stats``, ``policy`` (the auto
-policy), ``hook`` (the DDP glue), ``synchronizer`` (loops without DDP), ``consistency``
-(replica checks), ``errors``.
+``rank_state`` (what one rank's exchange keeps, DDP's and FSDP's), ``reducer`` (a rank's
+exchange of a model, step by step), ``stats``, ``policy`` (the auto policy), ``hook`` (the DDP
+glue), ``synchronizer`` (loops without DDP), ``consistency`` (replica checks), ``errors``.
 """
 
 from terngrad.comm.errors import CollectiveFailed, ExchangeMismatch

@@ -44,14 +44,21 @@ class Timing:
 
 
 class Counters:
-    """Steps, skipped steps and the bytes of the last step, over a link's :class:`ByteCounter`."""
+    """Steps, skipped steps and the bytes of the last step, over a link's :class:`ByteCounter`.
+
+    A step is counted where it ends (:meth:`close_step`: the DDP reducer's), or where it
+    starts, for an exchange that never learns where a step ends (:meth:`open_step`: FSDP's
+    reduce-scatters); then the last step's bytes are those since it started."""
 
     def __init__(self, bytes: ByteCounter) -> None:
         self.bytes = bytes
         self.steps = self.skipped_steps = 0
+        #: the step last counted by :meth:`skip_open_step`
+        self.skipped_step = 0
         self.exchange_seconds = 0.0
         self._step_start = (0, 0)
         self._last_step = (0, 0)
+        self._open = False
 
     def close_step(self, skipped: bool) -> None:
         """A step is over: count it, and the bytes it moved."""
@@ -61,14 +68,30 @@ class Counters:
         self.steps += 1
         self.skipped_steps += skipped
 
+    def open_step(self) -> None:
+        """A step starts: count it, and from here on its bytes."""
+        c = self.bytes
+        self._step_start = (c.sent, c.received)
+        self.steps += 1
+        self._open = True
+
+    def skip_open_step(self) -> None:
+        """The step :meth:`open_step` started is skipped (counted once, however often said)."""
+        if self.skipped_step != self.steps:
+            self.skipped_step = self.steps
+            self.skipped_steps += 1
+
     def stats(self) -> Stats:
+        c = self.bytes
+        start = self._step_start
+        last = (c.sent - start[0], c.received - start[1]) if self._open else self._last_step
         return Stats(
             steps=self.steps,
             skipped_steps=self.skipped_steps,
-            bytes_sent=self.bytes.sent,
-            bytes_received=self.bytes.received,
-            last_step_bytes_sent=self._last_step[0],
-            last_step_bytes_received=self._last_step[1],
+            bytes_sent=c.sent,
+            bytes_received=c.received,
+            last_step_bytes_sent=last[0],
+            last_step_bytes_received=last[1],
         )
 
     def timing(self) -> Timing:
