@@ -44,7 +44,6 @@ parameters' padded shard sizes and the mesh; the reduce-scatter itself goes thro
 
 from __future__ import annotations
 
-import datetime
 import time
 import warnings
 from dataclasses import dataclass
@@ -54,20 +53,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from terngrad.comm.agreement import check_same_config, check_saved_config, exchange_config
 from terngrad.comm.link import Link
-from terngrad.comm.memory import ErrorFeedback
 from terngrad.comm.methods import hook_options
 from terngrad.comm.options import Options
 from terngrad.comm.plans import full_precision_names, last_layer_names
+from terngrad.comm.rank_state import RankState, twin_group
 from terngrad.comm.reduce_scatter import grid_reduce_scatter
-from terngrad.comm.stats import Stats, Timing
-from terngrad.kernels import Streams, resolve, stream_seed
 from terngrad.quantize import Layout, SymmetricGrid
 
 __all__ = ["State", "register"]
 
-STATE_FORMAT = 1
 _REGISTERED = "_terngrad_fsdp_state"
 
 
@@ -113,69 +108,36 @@ class _Spans:
         self.layout = Layout.of(ranks * sum(quantized), quantized * ranks, bucket_size)
 
 
-class State:
-    """TernGrad's reduce-scatter on the FSDP modules of one model (made by :func:`register`):
-    the options, byte counters (:attr:`stats`), the skipped-step flag, and a ``state_dict`` for
-    an exact resume (save one per rank)."""
+class State(RankState):
+    """TernGrad's reduce-scatter on the FSDP modules of one model (made by :func:`register`, a
+    collective): the options, byte counters (:attr:`stats`), the skipped-step flag, and a
+    ``state_dict`` for an exact resume (save one per rank). A step is a backward pass: it
+    starts with the first reduce-scatter of some group that has done as many as any other."""
+
+    kind = "terngrad.fsdp state"
 
     def __init__(self, options: Options, model: nn.Module, groups: list[tuple[nn.Module, _Group]],
                  process_group: dist.ProcessGroup) -> None:  # fmt: skip
-        self.options = options
-        self.quantizer = options.make_quantizer()
-        device = next(model.parameters()).device
-        self.kernels = resolve(options.kernels, device)
-        self.link = Link(process_group)
         self.groups = [g for _, g in groups]
-        self.memory = ErrorFeedback() if options.error_feedback else None
         params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        self.config = {
-            **exchange_config(
-                options, self.quantizer, self.kernels, self.excluded, self.link.size, params
-            ),
-            "fsdp_groups": [(g.names, g.segments) for g in self.groups],
-        }
+        excluded = {n for g in self.groups for n, k in zip(g.names, g.kept, strict=True) if k}
+        super().__init__(
+            options, Link(process_group), params[0][1].device, params, excluded,
+            fsdp_groups=[(g.names, g.segments) for g in self.groups],
+        )  # fmt: skip
         #: reduce-scatters done, by group index (a group's count is its step)
         self.calls = dict.fromkeys(range(len(self.groups)), 0)
         #: the groups whose latest reduce-scatter found a NaN or Inf on some rank
         self._skipped: set[int] = set()
-        self.skipped_steps = 0
-        self._skipped_step = 0  # the step last counted as skipped
-        self._step_start = (0, 0)
-        self._last_step = (0, 0)
         self._spans: dict[int, _Spans] = {}
-        self.exchange_seconds = 0.0
         #: what PyTorch's fp32 ring reduce-scatter of the same gradients would have sent
         self.fp32_bytes_sent = 0
-
-    @property
-    def excluded(self) -> set[str]:
-        """The parameters whose gradients travel in full precision."""
-        return {n for g in self.groups for n, k in zip(g.names, g.kept, strict=True) if k}
 
     @property
     def last_step_skipped(self) -> bool:
         """Some group's latest reduce-scatter found a NaN or Inf on some rank (its shard was
         zeroed on every rank): skip ``optimizer.step()``."""
         return bool(self._skipped)
-
-    @property
-    def stats(self) -> Stats:
-        """Bytes handed to the collectives by this rank; a step is a backward pass (the most
-        reduce-scatters any group has done)."""
-        c = self.link.counter
-        latest = (c.sent - self._step_start[0], c.received - self._step_start[1])
-        return Stats(
-            steps=max(self.calls.values(), default=0),
-            skipped_steps=self.skipped_steps,
-            bytes_sent=c.sent,
-            bytes_received=c.received,
-            last_step_bytes_sent=latest[0],
-            last_step_bytes_received=latest[1],
-        )
-
-    @property
-    def timing(self) -> Timing:
-        return Timing(self.exchange_seconds, self.link.counter.seconds)
 
     # --- one group's reduce-scatter
 
@@ -209,16 +171,13 @@ class State:
                 if finite and op == dist.ReduceOp.SUM:
                     output.mul_(ranks)
         finally:
-            self.exchange_seconds += time.perf_counter() - start
+            self.counters.exchange_seconds += time.perf_counter() - start
         if finite:
             self._skipped.discard(index)
         else:
             output.zero_()
             self._skipped.add(index)
-            step = max(self.calls.values())
-            if step != self._skipped_step:  # a step counts once, however many groups skipped
-                self._skipped_step = step
-                self.skipped_steps += 1
+            self.counters.skip_open_step()
             warnings.warn(
                 f"terngrad.fsdp: a NaN or Inf gradient on some rank in the group of "
                 f"{group.names[0]}...; its shard was zeroed on every rank (check "
@@ -231,8 +190,7 @@ class State:
         """One more reduce-scatter of group ``index``; the first of a new backward pass starts
         a new step, whose bytes :attr:`stats` reports as the last step's."""
         if self.calls[index] == max(self.calls.values()):
-            c = self.link.counter
-            self._step_start = (c.sent, c.received)
+            self.counters.open_step()
         self.calls[index] += 1
 
     def _agree_finite(self, finite: bool, device: torch.device) -> bool:
@@ -255,9 +213,11 @@ class State:
             flat = self.memory.compensate(name, sizes, flat)
         shard = torch.empty(spans.quantized_out.numel(), device=flat.device)
         own = torch.empty_like(flat) if self.memory is not None else None
+        # segment p of rank r at the group's step t: the stream stream_seed(seed, r, index, t, p)
+        draws = self.draws(index, self.calls[index], parts=range(len(spans.layout.segments)))
         finite = grid_reduce_scatter(
-            self.link, self.kernels, self.quantizer, flat, spans.layout, self._draws(index, spans),
-            shard, own, also_finite=kept is None or bool(torch.isfinite(kept).all()),
+            self.link, self.kernels, self.quantizer, flat, spans.layout, draws, shard, own,
+            also_finite=kept is None or bool(torch.isfinite(kept).all()),
         )  # fmt: skip
         if not finite:
             if self.memory is not None:
@@ -274,51 +234,30 @@ class State:
             output[spans.kept_out] = kept
         return True
 
-    def _draws(self, index: int, spans: _Spans) -> Streams | None:
-        """Group ``index``'s draws at its current step: segment p of rank r from the stream
-        ``stream_seed(seed, r, index, step, p)``; ``None`` for a deterministic quantizer."""
-        if not self.quantizer.stochastic:
-            return None
-        rank, step, seed = self.link.rank, self.calls[index], self.options.seed
-        n = len(spans.layout.segments)
-        return Streams(tuple(stream_seed(seed, rank, index, step, p) for p in range(n)))
+    # --- checkpoints: the reduce-scatters done per group (the draws follow from them), the
+    # groups and steps skipped, the bytes
 
-    # --- checkpoints
-
-    def state_dict(self) -> dict[str, Any]:
-        """This rank's state: the reduce-scatters done per group (the draws follow from them),
-        error-feedback residuals, byte counters (save one per rank)."""
-        c = self.link.counter
+    def _own_state(self) -> dict[str, Any]:
+        c = self.counters
         return {
-            "format": STATE_FORMAT,
-            "config": self.config,
-            "rank": self.link.rank,
             "calls": dict(self.calls),
             "skipped": sorted(self._skipped),
-            "skipped_steps": self.skipped_steps,
-            "skipped_step": self._skipped_step,
-            "residuals": self.memory.state_dict() if self.memory else {},
-            "bytes": (c.sent, c.received, self.fp32_bytes_sent),
+            "skipped_steps": c.skipped_steps,
+            "skipped_step": c.skipped_step,
+            "bytes": (c.bytes.sent, c.bytes.received, self.fp32_bytes_sent),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` of the same rank and configuration."""
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-            raise ValueError("not a terngrad.fsdp state (or one of another format version)")
-        check_saved_config(self.config, state["config"])
-        if state["rank"] != self.link.rank:
-            raise ValueError(
-                f"this terngrad.fsdp state belongs to rank {state['rank']}, not rank "
-                f"{self.link.rank}: load each rank's own"
-            )
+    def _load_own(self, state: dict[str, Any]) -> None:
         self.calls = {int(k): int(v) for k, v in state["calls"].items()}
         self._skipped = set(state["skipped"])
-        self.skipped_steps, self._skipped_step = state["skipped_steps"], state["skipped_step"]
-        if self.memory is not None:
-            self.memory.load_state_dict(state["residuals"])
-        c = self.link.counter
-        c.sent, c.received, self.fp32_bytes_sent = state["bytes"]
-        self._step_start = (c.sent, c.received)
+        sent, received, self.fp32_bytes_sent = state["bytes"]
+        self.counters.load_state_dict({
+            "steps": max(self.calls.values(), default=0),
+            "skipped_steps": state["skipped_steps"],
+            "bytes_sent": sent,
+            "bytes_received": received,
+        })  # fmt: skip
+        self.counters.skipped_step = state["skipped_step"]
 
 
 def _reduce_scatter_class():
@@ -355,11 +294,7 @@ def register(model: nn.Module, quantizer: str | Options = "terngrad", **options:
             "terngrad.fsdp needs torch.distributed initialised: call "
             "torch.distributed.init_process_group(...) before fully_shard and register"
         )
-    ranks = dist.get_process_group_ranks(process_group)
-    timeout = datetime.timedelta(seconds=opts.timeout) if opts.timeout else None
-    own = dist.new_group(ranks=ranks, backend=dist.get_backend(process_group), timeout=timeout)
-    state = State(opts, model, groups, own)
-    check_same_config(state.link, state.config)
+    state = State(opts, model, groups, twin_group(process_group, opts.timeout))
     comm = _reduce_scatter_class()
     for module, group in groups:
         if not all(group.kept):

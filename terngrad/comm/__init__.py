@@ -7,9 +7,9 @@ by one rule), ``exchange`` (the exchanges' interface), ``topologies`` (sharded, 
 own-scales), ``grid_step`` (one rank's digits on the shared grid), ``traffic`` (exact byte
 formulas), ``link`` (counted collectives),
 ``memory`` (error feedback), ``plans`` (which parameters of a bucket are quantized),
-``reducer`` (a rank's exchange of a model, step by step), ``stats``, ``policy`` (the auto
-policy), ``hook`` (the DDP glue), ``synchronizer`` (loops without DDP), ``consistency``
-(replica checks), ``errors``.
+``rank_state`` (what one rank's exchange keeps, DDP's and FSDP's), ``reducer`` (a rank's
+exchange of a model, step by step), ``stats``, ``policy`` (the auto policy), ``hook`` (the DDP
+glue), ``synchronizer`` (loops without DDP), ``consistency`` (replica checks), ``errors``.
 """
 
 from terngrad.comm.errors import CollectiveFailed, ExchangeMismatch

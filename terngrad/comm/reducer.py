@@ -1,6 +1,7 @@
 """One rank's exchange of a model's gradients, bucket by bucket: the quantized parameters
 through :mod:`terngrad.comm.exchange` (with worker-side error feedback), the full-precision ones
-by all-reduce; step counters, skipped steps, and the state a checkpoint keeps.
+by all-reduce; skipped steps, the generator, and its part of the state a checkpoint keeps (the
+rest, shared with FSDP's reduce-scatter: :mod:`terngrad.comm.rank_state`).
 
 The DDP hook (:mod:`terngrad.comm.hook`) and the custom-loop
 :class:`~terngrad.comm.Synchronizer` both run on a :class:`Reducer`. Full precision keeps the
@@ -20,18 +21,13 @@ import torch
 import torch.distributed as dist
 
 from terngrad.comm import full_precision
-from terngrad.comm.agreement import check_same_config, check_saved_config, exchange_config
 from terngrad.comm.full_precision import Deferred
 from terngrad.comm.link import Link
-from terngrad.comm.memory import ErrorFeedback
 from terngrad.comm.options import Options
 from terngrad.comm.plans import BucketPlan, Planner, full_precision_names, gather, scatter
 from terngrad.comm.policy import AutoPolicy, Estimate
-from terngrad.comm.stats import Counters, Stats, Timing
+from terngrad.comm.rank_state import RankState, twin_group
 from terngrad.comm.topologies import make_exchange
-from terngrad.kernels import Streams, resolve, stream_seed
-
-STATE_FORMAT = 1
 
 
 def _timeout(seconds: float | None) -> datetime.timedelta | None:
@@ -43,7 +39,7 @@ def rank_seed(seed: int, rank: int) -> int:
     return (seed * 1_000_003 + rank) % 2**63
 
 
-class Reducer:
+class Reducer(RankState):
     """The exchange of ``params`` (name, parameter; those that require gradients) of one rank,
     configured by ``options``; ``last_layer``: the names ``quantize_last=False`` keeps in full
     precision. Needs ``torch.distributed`` initialised: it makes its own process group
@@ -68,21 +64,15 @@ class Reducer:
         params = [(name, p) for name, p in params if p.requires_grad]
         if not params:
             raise ValueError("the model has no parameters that require gradients")
-        self.options = options
-        self.quantizer = options.make_quantizer()
         device = params[0][1].device
-        self.kernels = resolve(options.kernels, device)
         self.timeout = options.timeout if group is None else None  # a given group keeps its own
         if group is None:
             group = dist.new_group(backend=dist.get_backend(), timeout=_timeout(options.timeout))
-        self.link = Link(group)
+        excluded = full_precision_names(params, last_layer, options)
+        super().__init__(options, Link(group), device, params, excluded)
         #: a second group, counted with the first, for the full-precision tensors' all-reduce
         #: that runs while the last bucket's quantized exchange does
-        side = dist.new_group(
-            ranks=dist.get_process_group_ranks(group), backend=dist.get_backend(group),
-            timeout=_timeout(self.timeout),
-        )  # fmt: skip
-        self.side = Link(side, counter=self.link.counter)
+        self.side = Link(twin_group(group, self.timeout), counter=self.link.counter)
         self.exchange = make_exchange(
             options.topology,
             self.quantizer,
@@ -90,15 +80,9 @@ class Reducer:
             options.aggregate,
             self.kernels,
         )
-        self.memory = ErrorFeedback() if options.error_feedback else None
         self.generator = torch.Generator(device=device).manual_seed(
             rank_seed(options.seed, self.link.rank)
         )
-        excluded = full_precision_names(params, last_layer, options)
-        self.config = exchange_config(
-            options, self.quantizer, self.kernels, excluded, self.link.size, params
-        )
-        check_same_config(self.link, self.config)
         #: ``policy="auto"``: the agreed measurements and the choice per bucket (else None)
         self.auto = (
             AutoPolicy.agreed(group, self.kernels, self.quantizer, device, options.topology,
@@ -108,7 +92,6 @@ class Reducer:
         )  # fmt: skip
         keep = self.auto.keep_full_precision if self.auto else None
         self.planner = Planner(params, excluded, self.quantizer.bucket_size, keep)
-        self.counters = Counters(self.link.counter)
         self._step_skipped = False
         #: float32 room for a bucket's quantized elements where they are not the whole float32
         #: buffer: gathered here, decoded here, scattered back (no allocation per bucket)
@@ -122,23 +105,9 @@ class Reducer:
         self.last_step_skipped = False
 
     @property
-    def excluded(self) -> set[str]:
-        """The parameters kept in full precision."""
-        return self.planner.excluded
-
-    @property
     def step_skipped(self) -> bool:
         """Some bucket of the step in progress found a non-finite gradient."""
         return self._step_skipped
-
-    @property
-    def stats(self) -> Stats:
-        return self.counters.stats()
-
-    @property
-    def timing(self) -> Timing:
-        """Seconds spent in the exchanges, and how much of it in collectives."""
-        return self.counters.timing()
 
     # --- a step
 
@@ -233,7 +202,7 @@ class Reducer:
             result = self.exchange.reduce(
                 flat,
                 plan.layout,
-                self._draws(plan),
+                self.draws(self.counters.steps, parts=plan.indices),
                 self.generator,
                 key=plan.names,
                 out=buffer if direct else flat if self.memory is None else None,
@@ -298,41 +267,17 @@ class Reducer:
         if self.memory is not None:
             self.memory.discard()
 
-    def _draws(self, plan: BucketPlan) -> Streams | None:
-        """This step's random streams for the quantized parameters of ``plan``: parameter p of
-        rank r at step t draws from ``stream_seed(seed, r, t, p)``; ``None`` for deterministic
-        quantizers."""
-        if not self.quantizer.stochastic:
-            return None
-        rank, step, seed = self.link.rank, self.counters.steps, self.options.seed
-        return Streams(tuple(stream_seed(seed, rank, step, i) for i in plan.indices))
+    # --- checkpoints: the generator, the server's residuals, the counters
 
-    # --- checkpoints
-
-    def state_dict(self) -> dict[str, Any]:
-        """This rank's state: RNG, error-feedback residuals, counters (save one per rank)."""
+    def _own_state(self) -> dict[str, Any]:
         return {
-            "format": STATE_FORMAT,
-            "config": self.config,
-            "rank": self.link.rank,
             "generator": self.generator.get_state(),
-            "residuals": self.memory.state_dict() if self.memory else {},
             "server_residuals": {k: v.clone() for k, v in self.exchange.server_residuals.items()},
             "counters": self.counters.state_dict(),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` of the same rank and configuration."""
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-            raise ValueError("not a terngrad hook state (or one of another format version)")
-        check_saved_config(self.config, state["config"])
-        if state["rank"] != self.link.rank:
-            raise ValueError(
-                f"this hook state belongs to rank {state['rank']}, not rank {self.link.rank}"
-            )
+    def _load_own(self, state: dict[str, Any]) -> None:
         self.generator.set_state(state["generator"])
-        if self.memory is not None:
-            self.memory.load_state_dict(state["residuals"])
         self.exchange.server_residuals = {
             k: v.clone() for k, v in state["server_residuals"].items()
         }

@@ -47,33 +47,59 @@ class Timing:
 
 
 class Counters:
-    """Steps, skipped steps and the bytes of the last step, over a link's :class:`ByteCounter`."""
+    """Steps, skipped steps, and the bytes and messages of the last step, over a link's
+    :class:`ByteCounter`.
+
+    A step is counted where it ends (:meth:`close_step`: the DDP reducer's), or where it
+    starts, for an exchange that never learns where a step ends (:meth:`open_step`: FSDP's
+    reduce-scatters); then the last step's counts are those since it started."""
 
     def __init__(self, bytes: ByteCounter) -> None:
         self.bytes = bytes
         self.steps = self.skipped_steps = 0
+        #: the step last counted by :meth:`skip_open_step`
+        self.skipped_step = 0
         self.exchange_seconds = 0.0
         self._step_start = (0, 0, 0)
         self._last_step = (0, 0, 0)
+        self._open = False
+
+    def _now(self) -> tuple[int, int, int]:
+        return (self.bytes.sent, self.bytes.received, self.bytes.messages)
+
+    def _since_start(self) -> tuple[int, ...]:
+        return tuple(a - b for a, b in zip(self._now(), self._step_start, strict=True))
 
     def close_step(self, skipped: bool) -> None:
-        """A step is over: count it, and the bytes it moved."""
-        now = (self.bytes.sent, self.bytes.received, self.bytes.messages)
-        self._last_step = tuple(a - b for a, b in zip(now, self._step_start, strict=True))
-        self._step_start = now
+        """A step is over: count it, and what it moved."""
+        self._last_step = self._since_start()
+        self._step_start = self._now()
         self.steps += 1
         self.skipped_steps += skipped
 
+    def open_step(self) -> None:
+        """A step starts: count it, and from here on what it moves."""
+        self._step_start = self._now()
+        self.steps += 1
+        self._open = True
+
+    def skip_open_step(self) -> None:
+        """The step :meth:`open_step` started is skipped (counted once, however often said)."""
+        if self.skipped_step != self.steps:
+            self.skipped_step = self.steps
+            self.skipped_steps += 1
+
     def stats(self) -> Stats:
+        last = self._since_start() if self._open else self._last_step
         return Stats(
             steps=self.steps,
             skipped_steps=self.skipped_steps,
             bytes_sent=self.bytes.sent,
             bytes_received=self.bytes.received,
-            last_step_bytes_sent=self._last_step[0],
-            last_step_bytes_received=self._last_step[1],
+            last_step_bytes_sent=last[0],
+            last_step_bytes_received=last[1],
             messages_sent=self.bytes.messages,
-            last_step_messages_sent=self._last_step[2],
+            last_step_messages_sent=last[2],
         )
 
     def timing(self) -> Timing:
@@ -92,4 +118,4 @@ class Counters:
         self.steps, self.skipped_steps = state["steps"], state["skipped_steps"]
         self.bytes.sent, self.bytes.received = state["bytes_sent"], state["bytes_received"]
         self.bytes.messages = state.get("messages_sent", 0)  # not counted before 0.3
-        self._step_start = (self.bytes.sent, self.bytes.received, self.bytes.messages)
+        self._step_start = self._now()

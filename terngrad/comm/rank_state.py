@@ -1,0 +1,125 @@
+"""One rank's exchange state, as the DDP reducer (:class:`~terngrad.comm.reducer.Reducer`) and
+FSDP's reduce-scatter (:class:`terngrad.fsdp.State`) both keep it: the options made concrete
+(quantizer, kernels), the counted link, error-feedback residuals by parameter name, step and
+byte counters, the configuration every rank agreed on (:mod:`terngrad.comm.agreement`), the
+random streams of its draws, and the part of a ``state_dict`` they share — format,
+configuration, rank, residuals — with the checks a saved state passes before it loads.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from terngrad.comm.agreement import check_same_config, check_saved_config, exchange_config
+from terngrad.comm.link import Link
+from terngrad.comm.memory import ErrorFeedback
+from terngrad.comm.options import Options
+from terngrad.comm.stats import Counters, Stats, Timing
+from terngrad.kernels import Streams, resolve, stream_seed
+
+
+def twin_group(group: dist.ProcessGroup, timeout: float | None) -> dist.ProcessGroup:
+    """A new process group of ``group``'s ranks and backend, whose collectives wait ``timeout``
+    seconds (``None``: the backend's default) — a collective on every rank."""
+    return dist.new_group(
+        ranks=dist.get_process_group_ranks(group),
+        backend=dist.get_backend(group),
+        timeout=None if timeout is None else datetime.timedelta(seconds=timeout),
+    )
+
+
+class RankState:
+    """The exchange state of one rank on ``link``, configured by ``options``: ``params`` (name,
+    parameter) those exchanged, on ``device``; ``excluded`` the names kept in full precision;
+    ``config``, entries added to the configuration the ranks compare and a saved state must
+    match. Checks that every rank configured it alike (a collective).
+
+    A subclass saves its own part of the state in :meth:`_own_state` and loads it in
+    :meth:`_load_own`; :attr:`kind` names its saved states in errors."""
+
+    #: what a saved state of this class is called where one is refused
+    kind = "terngrad hook state"
+    #: the version of this class's saved states: one of another version is refused
+    state_format = 1
+
+    def __init__(
+        self,
+        options: Options,
+        link: Link,
+        device: torch.device,
+        params: Sequence[tuple[str, torch.Tensor]],
+        excluded: set[str],
+        **config: Any,
+    ) -> None:
+        self.options = options
+        self.quantizer = options.make_quantizer()
+        self.kernels = resolve(options.kernels, device)
+        self.link = link
+        #: the parameters whose gradients travel in full precision
+        self.excluded = excluded
+        self.memory = ErrorFeedback() if options.error_feedback else None
+        self.counters = Counters(link.counter)
+        self.config = {
+            **exchange_config(options, self.quantizer, self.kernels, excluded, link.size, params),
+            **config,
+        }
+        check_same_config(link, self.config)
+
+    @property
+    def stats(self) -> Stats:
+        """Bytes this rank handed to the collectives, steps and skipped steps."""
+        return self.counters.stats()
+
+    @property
+    def timing(self) -> Timing:
+        """Seconds spent in the exchanges, and how much of it in collectives."""
+        return self.counters.timing()
+
+    def draws(self, *key: int, parts: Iterable[int]) -> Streams | None:
+        """The random streams of one exchange: part ``p`` (a parameter, a segment) of this rank
+        draws from ``stream_seed(seed, rank, *key, p)``; ``None`` for a deterministic
+        quantizer."""
+        if not self.quantizer.stochastic:
+            return None
+        rank, seed = self.link.rank, self.options.seed
+        return Streams(tuple(stream_seed(seed, rank, *key, p) for p in parts))
+
+    # --- checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's state: its configuration, error-feedback residuals and what
+        :meth:`_own_state` adds (save one per rank)."""
+        return {
+            "format": self.state_format,
+            "config": self.config,
+            "rank": self.link.rank,
+            "residuals": self.memory.state_dict() if self.memory else {},
+            **self._own_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` of the same rank and configuration."""
+        if not isinstance(state, dict) or state.get("format") != self.state_format:
+            raise ValueError(f"not a {self.kind} (or one of another format version)")
+        check_saved_config(self.config, state["config"])
+        if state["rank"] != self.link.rank:
+            raise ValueError(
+                f"this {self.kind} belongs to rank {state['rank']}, not rank {self.link.rank}: "
+                "load each rank's own"
+            )
+        if self.memory is not None:
+            self.memory.load_state_dict(state["residuals"])
+        self._load_own(state)
+
+    def _own_state(self) -> dict[str, Any]:
+        """The subclass's entries of :meth:`state_dict`."""
+        raise NotImplementedError
+
+    def _load_own(self, state: dict[str, Any]) -> None:
+        """Load the subclass's entries of a checked ``state``."""
+        raise NotImplementedError
