@@ -16,7 +16,7 @@ and decoding. Methods:
   hangs with several;
 * ``terngrad``, ``terngrad-ps``, ``qsgd-5``, ... — this library's hook (sharded unless named).
 
-The methods are those of :data:`terngrad.train.methods.METHODS`.
+The methods are those of :data:`terngrad.comm.methods.METHODS`.
 """
 
 from __future__ import annotations

@@ -12,8 +12,19 @@ from pathlib import Path
 import torch
 
 from terngrad import __version__, quantize
-from terngrad.cli.flags import Deprecated, add_methods, add_settings, add_time_limit, positive_int
+from terngrad.cli.flags import (
+    Deprecated,
+    Described,
+    OneValue,
+    add_methods,
+    add_settings,
+    add_time_limit,
+    in_range,
+    one_or_list,
+    positive_int,
+)
 from terngrad.util.files import atomic_write_text
+from terngrad.util.settings import INT64
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +39,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     bench = p.add_subparsers(dest="bench", required=True)
     b = bench.add_parser("quantizers", help="every quantizer on one gradient")
     b.add_argument("--numel", type=positive_int, default=1_000_000, help="gradient size")
-    b.add_argument("--seed", type=int, default=0, help="random seed")
+    b.add_argument("--seed", type=in_range(INT64), default=0, help="seed of the gradient (0)")
     b.add_argument("--repeats", type=positive_int, default=3, help="timing repeats")
     b.set_defaults(func=quantizers)
 
@@ -42,18 +53,27 @@ def add(sub: argparse._SubParsersAction) -> None:
     )
     b.add_argument("--repeats", type=positive_int, default=5, help="timed calls (median)")
     b.add_argument(
-        "--workers",
+        "--simulated-workers",
         type=positive_int,
         default=4,
-        help="workers of the exchange whose payloads the shard owner sums (4)",
+        metavar="N",
+        help="workers of the exchange, simulated in this process: the shard owner sums their "
+        "payloads (4)",
+    )
+    b.add_argument("--workers", type=positive_int, dest="simulated_workers", action=Deprecated,
+                   new="--simulated-workers", help=argparse.SUPPRESS)  # fmt: skip
+    kernels = ("numba", "torch")
+    b.add_argument(
+        "--kernel-backends",
+        nargs="+",
+        choices=kernels,
+        metavar="NAME",
+        help="kernel backends to time (numba torch; numba: fused, torch: the reference)",
     )
     b.add_argument(
-        "--kernels",
-        nargs="+",
-        choices=("numba", "torch"),
-        default=["numba", "torch"],
-        help="kernel backends to time (numba: fused; torch: the reference)",
-    )
+        "--kernels", choices=kernels, action=OneValue, new="--kernel-backends",
+        new_dest="kernel_backends", metavar="NAME", help="one kernel backend to time",
+    )  # fmt: skip
     b.add_argument(
         "--quantizers",
         nargs="*",
@@ -68,7 +88,11 @@ def add(sub: argparse._SubParsersAction) -> None:
         "overhead", help="where the hook's own seconds go in a step, beside fp32 and fp16"
     )
     b.add_argument("--models", nargs="+", default=["lenet"], choices=models.names(), help="(lenet)")
-    b.add_argument("--workers", type=positive_int, default=4, help="processes (4)")
+    add_settings(
+        b, TrainConfig, only=("workers", "steps", "batch_size"),
+        defaults={"workers": 4, "steps": 20,
+                  "batch_size": Described("lenet, cifarnet: 64; alexnet: 8; others: 32")},
+    )  # fmt: skip
     b.add_argument(
         "--methods",
         nargs="+",
@@ -76,13 +100,7 @@ def add(sub: argparse._SubParsersAction) -> None:
         metavar="METHOD",
         help="fp32, fp16 and hook methods of the table (fp32 fp16 terngrad)",
     )
-    b.add_argument("--steps", type=positive_int, default=20, help="timed steps per method (20)")
-    b.add_argument("--warmup", type=positive_int, default=5, help="untimed steps first (5)")
-    b.add_argument(
-        "--batch-size",
-        type=positive_int,
-        help="examples per rank (lenet, cifarnet: 64; alexnet: 8)",
-    )
+    _add_untimed_steps(b, 5)
     b.add_argument("--json", help="also write the summaries to this JSON file")
     b.set_defaults(func=overhead)
 
@@ -90,7 +108,10 @@ def add(sub: argparse._SubParsersAction) -> None:
     b = bench.add_parser(
         "network", help="step time of each method on a bandwidth-limited cluster of namespaces"
     )
-    b.add_argument("--workers", type=positive_int, default=4, help="processes, 2 to 8 (4)")
+    add_settings(
+        b, TrainConfig, only=("model", "workers", "batch_size", "steps"),
+        defaults={"model": "alexnet", "workers": 4, "batch_size": 8, "steps": 5},
+    )  # fmt: skip
     b.add_argument(
         "--ranks",
         type=positive_int,
@@ -99,10 +120,8 @@ def add(sub: argparse._SubParsersAction) -> None:
         new="--workers",
         help=argparse.SUPPRESS,
     )
-    b.add_argument("--bandwidth", default="1gbit", help=f"{rates} (1gbit)")
-    b.add_argument("--model", default="alexnet", choices=models.names())
+    b.add_argument("--bandwidth", default="1gbit", metavar="RATE", help=f"{rates} (1gbit)")
     add_methods(b, list(NETWORK_METHODS), methods.METHODS)
-    b.add_argument("--batch-size", type=positive_int, default=8, help="examples per rank (8)")
     b.add_argument(
         "--input-shape",
         type=positive_int,
@@ -111,9 +130,8 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="the synthetic images' shape (the model's own: 3 224 224 for alexnet, 3 32 32 for "
         "cifarnet; Fashion-MNIST's is 1 28 28)",
     )
-    b.add_argument("--steps", type=positive_int, default=5, help="timed steps per method")
-    b.add_argument("--warmup", type=positive_int, default=3, help="untimed steps first")
-    add_time_limit(b, 1800.0, "seconds for it all")
+    _add_untimed_steps(b, 3)
+    add_time_limit(b, 1800.0, "of the run (every method)")
     b.add_argument("--out", default="runs/network", help="folder for results.json, speedup.png")
     b.add_argument(
         "--cleanup",
@@ -145,8 +163,12 @@ def add(sub: argparse._SubParsersAction) -> None:
     add_settings(b, Options, only=("quantize_last", "min_numel"), groups=groups)
     g = b.add_argument_group("comparison")
     g.add_argument(
-        "--bandwidth", nargs="+", default=["100mbit"],
-        help=f"{rates} (100mbit); several: a sweep, each into --out/BANDWIDTH, then sweep.md",
+        "--bandwidth", action=OneValue, new="--bandwidths", new_dest="bandwidths",
+        metavar="RATE", help=f"{rates} (100mbit)",
+    )  # fmt: skip
+    g.add_argument(
+        "--bandwidths", nargs="+", metavar="RATE",
+        help="a sweep: each rate's comparison into --out/RATE, then sweep.md",
     )  # fmt: skip
     add_methods(g, list(ACCURACY_METHODS), methods.METHODS)
     g.add_argument("--target", type=float, required=True, help="test accuracy to reach, in percent")
@@ -164,7 +186,7 @@ def add(sub: argparse._SubParsersAction) -> None:
         "bandwidth; same model, workers, --batch-size): the model's time to target beside the "
         "measurement",
     )
-    add_time_limit(g, 3600.0, "seconds per method")
+    add_time_limit(g, 3600.0, "of each method's run")
     g.add_argument("--out", default="runs/accuracy", help="output folder (runs/accuracy)")
     g.add_argument(
         "--report-only",
@@ -173,6 +195,15 @@ def add(sub: argparse._SubParsersAction) -> None:
         "(another --target, say; no root needed)",
     )
     b.set_defaults(func=accuracy)
+
+
+def _add_untimed_steps(b: argparse.ArgumentParser, default: int) -> None:
+    """``--untimed-steps`` (steps before the timed ``--steps``); ``--warmup``, its older
+    spelling, is not the learning rate's ``--warmup-steps``."""
+    b.add_argument("--untimed-steps", type=positive_int, default=default,
+                   help=f"untimed training steps before the timed --steps ({default})")  # fmt: skip
+    b.add_argument("--warmup", type=positive_int, dest="untimed_steps", action=Deprecated,
+                   new="--untimed-steps", help=argparse.SUPPRESS)  # fmt: skip
 
 
 def quantizers(args: argparse.Namespace) -> int:
@@ -185,11 +216,12 @@ def quantizers(args: argparse.Namespace) -> int:
 def codec(args: argparse.Namespace) -> int:
     from terngrad.bench import codec as bench_codec
 
+    kernels = one_or_list(args, "kernels", "kernel_backends", ["numba", "torch"])
     rows = []
     for numel in args.sizes:
         print(f"measuring {numel:,} elements ...", file=sys.stderr, flush=True)
         rows += bench_codec.measure(
-            numel, args.repeats, args.workers, kernels=args.kernels, quantizers=args.quantizers
+            numel, args.repeats, args.simulated_workers, kernels=kernels, quantizers=args.quantizers
         )
     print(f"on {bench_codec.cpu_name()}, {torch.get_num_threads()} threads")
     print(bench_codec.table(rows))
@@ -209,7 +241,7 @@ def overhead(args: argparse.Namespace) -> int:
         print(f"measuring {model} on {args.workers} ranks ...", file=sys.stderr, flush=True)
         summaries.append(
             bench_overhead.measure(
-                model, args.workers, args.methods, args.steps, args.warmup, args.batch_size
+                model, args.workers, args.methods, args.steps, args.untimed_steps, args.batch_size
             )
         )
         print(bench_overhead.table(summaries[-1]), flush=True)
@@ -236,7 +268,7 @@ def network(args: argparse.Namespace) -> int:
     testbed.rate_bits(args.bandwidth)  # a bad rate fails here, before anything is built
     print(
         f"building {args.workers} namespaces with {args.bandwidth} links; {args.model}, "
-        f"{len(args.methods)} methods x {args.warmup} + {args.steps} steps ...",
+        f"{len(args.methods)} methods x {args.untimed_steps} + {args.steps} steps ...",
         file=sys.stderr,
         flush=True,
     )
@@ -248,7 +280,7 @@ def network(args: argparse.Namespace) -> int:
         Path(args.out),
         batch_size=args.batch_size,
         steps=args.steps,
-        warmup=args.warmup,
+        warmup=args.untimed_steps,
         timeout=args.time_limit,
         input_shape=args.input_shape,
     )
@@ -264,11 +296,12 @@ def accuracy(args: argparse.Namespace) -> int:
     from terngrad.train import run_folder
     from terngrad.train.config import TrainConfig
 
+    rates = one_or_list(args, "bandwidth", "bandwidths", ["100mbit"])
     settings = {**given(args, TrainConfig), "out": args.out, "keep_checkpoints": 1}
     exchange = Options(**given(args, Options, exclude=("seed", "timeout")))
     base = TrainConfig(**settings, exchange=exchange)
     plan = time_to_accuracy.AccuracyComparison(
-        base, tuple(args.methods), args.bandwidth[0], args.target / 100, args.time_limit,
+        base, tuple(args.methods), rates[0], args.target / 100, args.time_limit,
         predict_with=tuple(args.predict_with) if args.predict_with else None,
         seeds=args.seeds, stop_at_target=args.stop_at_target,
     )  # fmt: skip
@@ -288,10 +321,10 @@ def accuracy(args: argparse.Namespace) -> int:
         print(f"Written: {folder}/results.json, {folder}/results.md, "
               f"{folder}/time-to-accuracy.png")  # fmt: skip
 
-    if len(args.bandwidth) == 1:
+    if len(rates) == 1:
         train(plan)
         return 0
-    plans = sweep.comparisons(plan, args.bandwidth)
+    plans = sweep.comparisons(plan, rates)
     for one in plans:  # every bandwidth's bad input fails before the first trains
         one.plan()
     print(sweep.run(plans, train, out))

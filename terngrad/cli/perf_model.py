@@ -9,13 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from terngrad.cli.flags import deprecated, positive_float, positive_int
+from terngrad.cli.flags import Deprecated, add_settings, deprecated, positive_float, positive_int
 from terngrad.util.files import atomic_write_text
 
 
 def add(sub: argparse._SubParsersAction) -> None:
     from terngrad.bench.scaling import NETWORKS
     from terngrad.train import models
+    from terngrad.train.config import TrainConfig
 
     for name, shown in (("perf-model", True), ("model", False)):
         options = {"help": "the performance model: validate it, extrapolate with it"}
@@ -33,8 +34,14 @@ def add(sub: argparse._SubParsersAction) -> None:
             "--models", nargs="+", default=["alexnet", "googlenet", "vgg-a"], choices=models.names()
         )
         b.add_argument(
-            "--workers", nargs="+", type=positive_int, default=[8, 16, 32, 64, 128, 256, 512]
-        )
+            "--worker-counts", nargs="+", type=positive_int, metavar="N",
+            default=[8, 16, 32, 64, 128, 256, 512],
+            help="the cluster sizes predicted (8 16 32 64 128 256 512)",
+        )  # fmt: skip
+        b.add_argument(
+            "--workers", nargs="+", type=positive_int, dest="worker_counts", action=Deprecated,
+            new="--worker-counts", help=argparse.SUPPRESS,
+        )  # fmt: skip
         b.add_argument("--networks", nargs="+", default=list(NETWORKS), choices=list(NETWORKS))
         b.add_argument(
             "--methods",
@@ -49,7 +56,7 @@ def add(sub: argparse._SubParsersAction) -> None:
             default=10.0,
             help="sustained training FLOP/s of one worker, in TFLOP/s (10)",
         )
-        b.add_argument("--batch-size", type=positive_int, default=64, help="per worker (64)")
+        add_settings(b, TrainConfig, only=("batch_size",), defaults={"batch_size": 64})
         b.add_argument(
             "--codec-rate",
             type=positive_float,
@@ -104,7 +111,7 @@ def scale(args: argparse.Namespace) -> int:
             "networks": {k: vars(scaling.NETWORKS[k]) for k in args.networks},
             "input": "3x224x224, 1000 classes",
         },
-        "workers": args.workers,
+        "workers": args.worker_counts,
         "networks": args.networks,
         "models": args.models,
         "images_per_second": {},
@@ -114,13 +121,17 @@ def scale(args: argparse.Namespace) -> int:
         prof = perf_model.profile_model(name, (3, 224, 224), 1000)
         one = gpu.batch_size / gpu.compute_seconds(prof)
         for net in args.networks:
-            per = scaling.scaling(prof, args.methods, args.workers, scaling.NETWORKS[net], gpu)
+            per = scaling.scaling(
+                prof, args.methods, args.worker_counts, scaling.NETWORKS[net], gpu
+            )
             results["images_per_second"].setdefault(net, {})[name] = {
-                "ideal": [n * one for n in args.workers],
+                "ideal": [n * one for n in args.worker_counts],
                 "methods": per,
             }
             for method, ys in per.items():
-                shown = ", ".join(f"{n}: {y:,.0f}" for n, y in zip(args.workers, ys, strict=True))
+                shown = ", ".join(
+                    f"{n}: {y:,.0f}" for n, y in zip(args.worker_counts, ys, strict=True)
+                )
                 print(f"{name:<10} {net:<7} {method:<18} images/s at {shown}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

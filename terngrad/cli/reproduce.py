@@ -8,13 +8,29 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from terngrad.cli.flags import add_methods, non_negative_int, positive_int
+from terngrad.cli.flags import (
+    Described,
+    OneValue,
+    add_methods,
+    add_settings,
+    one_or_list,
+    positive_int,
+)
+
+#: each paper experiment's steps and worker counts (a run per count) unless told
+PAPER = {
+    "lenet": ("LeNet on MNIST, fp32 and TernGrad (the paper's Fig. 3 setting)", 10_000, [2, 4]),
+    "cifar": ("Table 1's ConvNet on CIFAR-10 (--data-dir required)", 100_000, [2]),
+    "fashion": ("the ConvNet protocol on Fashion-MNIST", 5_000, [2]),
+}
+TENTH = "a tenth of --steps"
 
 
 def add(sub: argparse._SubParsersAction) -> None:
+    from terngrad.comm import Options
     from terngrad.experiments import gpt as tf
     from terngrad.experiments import optimal_quantization as oq
-    from terngrad.train import data, models
+    from terngrad.train.config import TrainConfig
 
     p = sub.add_parser(
         "reproduce",
@@ -22,30 +38,34 @@ def add(sub: argparse._SubParsersAction) -> None:
         "transformer (TernGrad on a GPT with AdamW)",
     )
     experiments = p.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
-    for name, what, steps, workers in (
-        ("lenet", "LeNet on MNIST, fp32 and TernGrad (the paper's Fig. 3 setting)", 10_000, "2 4"),
-        ("cifar", "Table 1's ConvNet on CIFAR-10 (--data-dir required)", 100_000, "2"),
-        ("fashion", "the ConvNet protocol on Fashion-MNIST", 5_000, "2"),
-    ):
+    for name, (what, steps, counts) in PAPER.items():
         e = experiments.add_parser(name, help=what)
-        e.add_argument("--steps", type=positive_int, default=steps, help=f"({steps})")
+        shown = " ".join(map(str, counts))
+        add_settings(
+            e, TrainConfig, only=("steps", "workers", "data_dir"),
+            defaults={"steps": steps, "workers": Described(f"a run per --worker-counts ({shown})")},
+            actions={"workers": {"action": OneValue, "new": "--worker-counts",
+                                 "new_dest": "worker_counts"}},
+        )  # fmt: skip
         e.add_argument(
-            "--workers",
-            type=positive_int,
-            nargs="+",
-            default=[int(n) for n in workers.split()],
-            help=f"a run per worker count ({workers})",
-        )
-        e.add_argument("--data-dir", help="the data set's folder (CIFAR-10: required)")
+            "--worker-counts", type=positive_int, nargs="+", metavar="N",
+            help=f"a run per worker count ({shown})",
+        )  # fmt: skip
         e.add_argument("--out", help=f"output folder (runs/reproduce-{name})")
         e.set_defaults(func=paper)
 
     e = experiments.add_parser("orq", help="the optimal-quantization paper's comparison")
-    e.add_argument(
-        "--model", default="lenet", choices=models.names(), help="lenet (default) or cifarnet, ..."
-    )
-    e.add_argument("--dataset", choices=data.names(), help="(lenet: mnist, cifarnet: fashion)")
-    _common(e, "runs/reproduce-orq-MODEL", "600; cifarnet: 1000")
+    add_settings(
+        e, TrainConfig, only=("model", "dataset", "data_dir", "workers", "steps", "eval_every",
+                              "warmup_steps"),
+        defaults={
+            "model": "lenet", "workers": 4,
+            "dataset": Described("lenet: mnist; cifarnet: fashion; another model: synthetic"),
+            "steps": Described("600; cifarnet: 1000"), "eval_every": Described(TENTH),
+            "warmup_steps": Described(f"the clip variant's: {TENTH}; the others: none"),
+        },
+    )  # fmt: skip
+    e.add_argument("--out", help="output folder (runs/reproduce-orq-MODEL)")
     e.add_argument("--seeds", type=positive_int, default=3, help="seeds of the main methods (3)")
     add_methods(e, oq.DEFAULT_METHODS)
     e.add_argument(
@@ -56,11 +76,6 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="noclip, clip (both)",
     )
     e.add_argument(
-        "--warmup-steps",
-        type=non_negative_int,
-        help="warm-up of the clip variant, from lr/10 (default: a tenth of --steps)",
-    )
-    e.add_argument(
         "--no-algorithm2",
         action="store_true",
         help="skip the parameter-server rows (ORQ-5, BinGrad-b with both broadcasts)",
@@ -68,8 +83,12 @@ def add(sub: argparse._SubParsersAction) -> None:
     e.set_defaults(func=orq)
 
     e = experiments.add_parser("transformer", help="TernGrad on a GPT with AdamW")
-    _common(e, "runs/reproduce-transformer", "1000")
-    e.add_argument(
+    groups = add_settings(
+        e, TrainConfig, only=("data_dir", "workers", "steps", "eval_every"),
+        defaults={"workers": 4, "steps": 1000, "eval_every": Described(TENTH)},
+    )  # fmt: skip
+    e.add_argument("--out", help="output folder (runs/reproduce-transformer)")
+    e.add_argument(  # a choice of the comparison's two GPTs, not any model of --model
         "--model",
         choices=tf.MODELS,
         default="gpt",
@@ -77,29 +96,19 @@ def add(sub: argparse._SubParsersAction) -> None:
     )
     e.add_argument("--seeds", type=positive_int, default=1, help="seeds of every method (1)")
     add_methods(e, tf.DEFAULT_METHODS)
-    e.add_argument(
-        "--full-precision-steps",
-        type=positive_int,
-        metavar="K",
-        help="the full-precision steps of the -warmup methods before TernGrad (their share "
-        "of --steps)",
-    )
+    add_settings(
+        e, Options, only=("full_precision_steps",), groups=groups,
+        defaults={"full_precision_steps": Described(
+            "a fifth of --steps; of the -warmup methods, the others none")},
+    )  # fmt: skip
     e.set_defaults(func=transformer)
-
-
-def _common(e: argparse.ArgumentParser, out: str, steps: str) -> None:
-    e.add_argument("--steps", type=positive_int, help=f"steps of every run ({steps})")
-    e.add_argument("--workers", type=positive_int, default=4, help="processes of every run (4)")
-    e.add_argument("--eval-every", type=positive_int, help="(a tenth of --steps)")
-    e.add_argument("--data-dir", help="the data set's folder")
-    e.add_argument("--out", help=f"output folder ({out})")
 
 
 def paper(args: argparse.Namespace) -> int:
     from terngrad.experiments import comparison, paper
 
     out = args.out or f"runs/reproduce-{args.experiment}"
-    workers = tuple(args.workers)
+    workers = tuple(one_or_list(args, "workers", "worker_counts", PAPER[args.experiment][2]))
     if args.experiment == "lenet":
         experiment = paper.lenet(out, args.steps, workers)
     elif args.experiment == "cifar":
@@ -138,7 +147,7 @@ def transformer(args: argparse.Namespace) -> int:
 
     out = args.out or "runs/reproduce-transformer"
     base = tf.protocol(
-        out, args.data_dir, args.workers, args.steps or 1000, args.eval_every, model=args.model
+        out, args.data_dir, args.workers, args.steps, args.eval_every, model=args.model
     )
     experiment = tf.TransformerComparison(
         base, tuple(args.methods), args.seeds, args.full_precision_steps

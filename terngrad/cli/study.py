@@ -8,20 +8,27 @@ import shlex
 import sys
 from pathlib import Path
 
-from terngrad.cli.flags import non_negative_int, number, positive_float, positive_int
+from terngrad.cli.flags import Described, add_settings, non_negative_int, number
 
 
 def add(sub: argparse._SubParsersAction) -> None:
     from terngrad.bench.study import DEFAULT_METHODS
-    from terngrad.train import data, models
+    from terngrad.train.config import TrainConfig
 
     p = sub.add_parser("study", help="every quantizer on a model's real gradients: a report")
-    p.add_argument("--model", choices=models.names(), help="(lenet; with --from-checkpoint: its)")
-    p.add_argument(
-        "--dataset", choices=data.names(), help="(mnist, gpt: pydoc; with --from-checkpoint: its)"
-    )
-    p.add_argument("--data-dir", help="the data set's folder (CIFAR-10: required)")
+    checkpoint = "with --from-checkpoint: the checkpoint's"
+    add_settings(
+        p, TrainConfig, only=("model", "dataset", "data_dir", "batch_size", "lr", "seed"),
+        defaults={
+            "model": Described(f"lenet; {checkpoint}"),
+            "dataset": Described(f"the model's own: mnist; gpt: pydoc; {checkpoint}"),
+            "batch_size": 64, "seed": 0,
+            "lr": Described(f"0.01, SGD with momentum 0.9; {checkpoint} optimizer, from its "
+                            "saved state and rate"),
+        },
+    )  # fmt: skip
     p.add_argument("--from-checkpoint", help="start from a terngrad train checkpoint file")
+    # training steps as everywhere, but 0 too: the gradients of the model as it is
     p.add_argument("--steps", type=non_negative_int, default=200, help="training steps (200)")
     p.add_argument(
         "--capture-at",
@@ -42,14 +49,6 @@ def add(sub: argparse._SubParsersAction) -> None:
         default=16,
         help="random draws per stochastic quantizer (16)",
     )
-    p.add_argument("--batch-size", type=positive_int, default=64, help="(64)")
-    p.add_argument(
-        "--lr",
-        type=positive_float,
-        help="learning rate of SGD with momentum 0.9 (0.01); with --from-checkpoint the run's "
-        "own optimizer goes on from its saved state and learning rate, unless --lr is given",
-    )
-    p.add_argument("--seed", type=int, default=0, help="(0)")
     p.add_argument("--out", default="runs/study", help="folder of the report (runs/study)")
     p.set_defaults(func=study)
 

@@ -21,7 +21,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     from terngrad.train.config import TrainConfig
 
     p = sub.add_parser("demo", help="LeNet on MNIST, 4 workers, fp32 against TernGrad")
-    p.add_argument("--steps", type=positive_int, default=800, help="steps per run (800)")
+    add_settings(p, TrainConfig, only=("steps",), defaults={"steps": 800})
     p.add_argument("--out", default="runs/demo", help="output folder (runs/demo)")
     p.set_defaults(func=demo)
 

@@ -108,7 +108,9 @@ class TransformerComparison(Comparison):
         chosen = methods.select(self.methods, DEFAULT_METHODS)
         if self.seeds < 1:
             raise ValueError(f"seeds must be at least 1, got {self.seeds}")
-        k = self.full_precision_steps or max(1, self.base.steps // 5)
+        k = self.full_precision_steps
+        if k is None:
+            k = max(1, self.base.steps // 5)
         if any(m.warmup for m in chosen) and not 0 < k < self.base.steps:
             raise ValueError(
                 f"full-precision steps must lie between 1 and the run's {self.base.steps - 1}, "

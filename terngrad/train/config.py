@@ -81,8 +81,8 @@ class TrainConfig:
     out: str = setting(help="output folder (resumes from its checkpoint)", group=_OUT)
     model: str = setting("lenet", "the network", _MODEL, choices=models.names)
     #: ``None``: the model's own (:func:`default_dataset`)
-    dataset: str | None = setting(None, "(default: the model's own: mnist; gpt: pydoc)", _MODEL,
-                                  choices=datasets.names)  # fmt: skip
+    dataset: str | None = setting(None, "the data set", _MODEL, choices=datasets.names,
+                                  default_words="the model's own: mnist; gpt: pydoc")  # fmt: skip
     data_dir: str | None = setting(None, "folder of the data set's files (CIFAR-10: required)",
                                    _MODEL)  # fmt: skip
     workers: int = setting(4, "processes (total)", _WORKERS, POSITIVE_INT)
@@ -119,13 +119,14 @@ class TrainConfig:
     #: N-th step (terngrad.optim.LocalVarianceAdamW); None: 100
     variance_sync: int | None = setting(
         None, "local-adamw: the ranks average the variances of their own gradients at steps "
-        "1, 2, 4, ... below N and every N-th step (default 100)", _OPT, POSITIVE_INT, metavar="N",
+        "1, 2, 4, ... below N and every N-th step", _OPT, POSITIVE_INT, metavar="N",
+        default_words="100",
     )  # fmt: skip
     #: examples per worker; ``None`` with no total either: :data:`DEFAULT_BATCH`
-    batch_size: int | None = setting(None, f"per worker (default {DEFAULT_BATCH})", _OPT,
-                                     POSITIVE_INT)  # fmt: skip
+    batch_size: int | None = setting(None, "examples per worker", _OPT, POSITIVE_INT,
+                                     default_words=str(DEFAULT_BATCH))  # fmt: skip
     total_batch_size: int | None = setting(None, "split over the workers", _OPT, POSITIVE_INT)
-    steps: int = setting(1000, "", _OPT, POSITIVE_INT)
+    steps: int = setting(1000, "training steps", _OPT, POSITIVE_INT)
     eval_every: int = setting(500, "steps between evaluations", _OPT, POSITIVE_INT)
     #: a time-to-accuracy run: stop after the first evaluation that reaches this test accuracy
     stop_at_accuracy: float | None = setting(
@@ -136,12 +137,12 @@ class TrainConfig:
         None, "dropout ratio of the model's dropout layers, [0, 1)", _MODEL, FRACTION
     )
     workers_threads: int | None = setting(
-        None, "torch threads per worker (default: cores / workers on this machine)", _WORKERS,
-        POSITIVE_INT,
+        None, "torch threads per worker", _WORKERS, POSITIVE_INT,
+        default_words="cores / workers on this machine",
     )  # fmt: skip
     progress: bool = setting(True, "a progress line", _OUT, flag="")  # the CLI's --quiet
     checkpoint_every: int | None = setting(
-        None, "steps between checkpoints (default: --eval-every)", _RELY, POSITIVE_INT
+        None, "steps between checkpoints", _RELY, POSITIVE_INT, default_words="--eval-every"
     )
     keep_checkpoints: int = setting(3, "newest checkpoints kept", _RELY, POSITIVE_INT)
     max_skipped_steps: int = setting(

@@ -62,6 +62,8 @@ class Setting:
     #: the command line's flag, if not ``--<name with dashes>``; "" for no flag
     flag: str | None = None
     metavar: str | None = None
+    #: the default in words, where the config works it out from other settings (``None``)
+    default_words: str | None = None
 
 
 def setting(
@@ -74,6 +76,7 @@ def setting(
     optional: bool | None = None,
     flag: str | None = None,
     metavar: str | None = None,
+    default_words: str | None = None,
     default_factory: Callable[[], Any] | Any = MISSING,
     hash: bool | None = None,
 ) -> Any:
@@ -87,6 +90,7 @@ def setting(
         optional=(default is None) if optional is None else optional,
         flag=flag,
         metavar=metavar,
+        default_words=default_words,
     )
     return dataclasses.field(
         default=default, default_factory=default_factory, hash=hash, metadata={"setting": meta}

@@ -9,7 +9,7 @@ from terngrad.cli import main
 def test_two_ranks_profile_the_hook(tmp_path, capsys):
     out = tmp_path / "overhead.json"
     argv = ["bench", "overhead", "--models", "mlp", "--workers", "2", "--steps", "3",
-            "--warmup", "1", "--batch-size", "8", "--json", str(out),
+            "--untimed-steps", "1", "--batch-size", "8", "--json", str(out),
             "--methods", "fp32", "fp16", "terngrad", "terngrad-fused"]  # fmt: skip
     assert main(argv) == 0
     text = capsys.readouterr().out

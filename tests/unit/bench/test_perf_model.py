@@ -225,7 +225,7 @@ def test_model_commands(tmp_path, capsys):
     saved = json.loads((out / "validation.json").read_text())
     assert [c["method"] for c in saved["checks"]] == list(truth)
     assert "| 1gbit | fp16 |" in (out / "validation.md").read_text()
-    assert main(["model", "scale", "--models", "lenet", "--workers", "2", "8",
+    assert main(["model", "scale", "--models", "lenet", "--worker-counts", "2", "8",
                  "--out", str(tmp_path / "scale")]) == 0  # fmt: skip
     assert "terngrad model scale is now terngrad perf-model scale" in capsys.readouterr().err
     scaled = json.loads((tmp_path / "scale" / "scaling.json").read_text())
