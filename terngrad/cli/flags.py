@@ -274,8 +274,7 @@ def add_exchange_flags(parser: argparse.ArgumentParser, groups: dict[str, Any]) 
         "and warm-up, or PyTorch's baseline); the flags below are put over it",
     )  # fmt: skip
     g.add_argument(
-        "--preset", dest="method", action=Deprecated, new="--method (transformer is "
-        "terngrad-b512)", help=argparse.SUPPRESS,
+        "--preset", dest="method", action=Deprecated, new="--method", help=argparse.SUPPRESS,
     )  # fmt: skip
     add_settings(parser, Options, exclude=("seed", "timeout"), groups=groups)
     g.add_argument("--clip", type=positive_float, help="clip at CLIP sigma (TernGrad: 2.5)")
