@@ -12,7 +12,18 @@ PACKAGE = Path(terngrad.__file__).parent
 
 
 #: the layers, bottom to top (docs/architecture.md): a module imports its own layer and below
-LAYERS = ["util", "wire", "quantize", "kernels", "comm", "ddp", "train", "bench", "experiments", "cli"]
+LAYERS = [
+    "util",
+    "wire",
+    "quantize",
+    "kernels",
+    "comm",
+    "ddp",
+    "train",
+    "bench",
+    "experiments",
+    "cli",
+]
 
 
 LAYER_OF = {
