@@ -25,12 +25,14 @@ BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb default
 @dataclass(frozen=True)
 class Param:
     """One parameter tensor: its shape, when its gradient is ready (share of the backward pass
-    done), and whether it is in the model's last layer."""
+    done), whether it is in the model's last layer, and its place among the model's
+    parameters (``index``: the order they are defined in)."""
 
     name: str
     shape: tuple[int, ...]
     ready: float
     last_layer: bool
+    index: int = 0
 
     @property
     def numel(self) -> int:
@@ -51,10 +53,18 @@ class Profile:
         return sum(p.numel for p in self.params)
 
     def buckets(
-        self, cap_bytes: int = BUCKET_BYTES, first_cap_bytes: int = FIRST_BUCKET_BYTES
+        self,
+        cap_bytes: int = BUCKET_BYTES,
+        first_cap_bytes: int = FIRST_BUCKET_BYTES,
+        first_step: bool = False,
     ) -> list[tuple[Param, ...]]:
         """DDP's buckets of fp32 gradients: parameters in ready order, a bucket closed once it
-        holds at least its cap (the first bucket's cap is ``first_cap_bytes``)."""
+        holds at least its cap (the first bucket's cap is ``first_cap_bytes``) — the buckets
+        DDP rebuilds after its first step. In that ``first_step``, DDP (without
+        ``find_unused_parameters``) holds every parameter in one bucket, in the order the
+        model defines them."""
+        if first_step:
+            return [tuple(sorted(self.params, key=lambda p: p.index))]
         buckets, current, size, cap = [], [], 0, first_cap_bytes
         for p in self.params:
             current.append(p)
@@ -100,9 +110,8 @@ def profile(module: nn.Module, input_shape: Sequence[int], name: str = "model") 
             ready.setdefault(id(p), done / total)
     last = last_layer_names(module)
     params = [
-        Param(n, tuple(p.shape), ready.get(id(p), 1.0), n in last)
-        for n, p in module.named_parameters()
-        if p.requires_grad
+        Param(n, tuple(p.shape), ready.get(id(p), 1.0), n in last, i)
+        for i, (n, p) in enumerate((n, p) for n, p in module.named_parameters() if p.requires_grad)
     ]
     order = sorted(range(len(params)), key=lambda i: (params[i].ready, -i))
     return Profile(name, tuple(params[i] for i in order), sum(f for _, f in flops))

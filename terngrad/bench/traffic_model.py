@@ -3,7 +3,8 @@ messages of each collective, per DDP bucket, exactly as the hook's counters and 
 collectives count them (``tests/distributed/test_traffic_model.py`` checks every method of
 :data:`terngrad.comm.methods.METHODS` against a real 2- and 4-rank run, step by step).
 
-Per bucket of ``n`` elements (DDP's buckets: :meth:`Profile.buckets`), N ranks:
+Per bucket of ``n`` elements (DDP's buckets: :meth:`Profile.buckets`, all in one in a run's
+first step), N ranks:
 
 * ``fp32``: a ring all-reduce of ``4 n`` bytes; ``fp16`` (``fp16_compress_hook``): of ``2 n``;
 * ``powersgd`` (rank r, one bucket): a plain all-reduce for its first
@@ -58,24 +59,25 @@ def transfers(
     full_precision_steps: int = 0,
 ) -> list[Transfer]:
     """The exchanges of ``method`` at ``step`` (counted from 1) of a run of ``prof`` on
-    ``world`` ranks whose warm-up lasts ``full_precision_steps``; ``step=None``: a steady step
+    ``world`` ranks whose warm-up (a method with one) lasts ``full_precision_steps``; ``step=None``: a steady step
     (after any warm-up, no variances averaged). ``ValueError`` for what is not modelled."""
     m = get(method)
     if world < 1:
         raise ValueError(f"world must be at least 1, got {world}")
+    buckets = prof.buckets(first_step=step == 1)
     if m.baseline == "fp32":
-        return [_plain(b, world, 4) for b in prof.buckets()]
+        return [_plain(b, world, 4) for b in buckets]
     if m.baseline == "fp16":
-        return [_plain(b, world, 2, codec=True) for b in prof.buckets()]
+        return [_plain(b, world, 2, codec=True) for b in buckets]
     if m.baseline == "powersgd":
         return [_powersgd(prof.params, world, step)]
     if step is not None and m.warmup and not full_precision_steps:
         raise ValueError(f"{m.name}: give the run's full_precision_steps (its warm-up share)")
-    if step is not None and step <= full_precision_steps:
-        return [_plain(b, world, 4) for b in prof.buckets()]
-    out = _hook(prof, m.exchange, world)
+    if m.warmup and step is not None and step <= full_precision_steps:
+        return [_plain(b, world, 4) for b in buckets]
+    out = _hook(prof, buckets, m.exchange, world)
     if isinstance(m.recipe, LocalVariance) and step is not None and _syncs_at(m.recipe, step):
-        out = [_plain(b, world, 4) for b in prof.buckets()] + out  # bf16 v and m: 4 bytes each
+        out = [_plain(b, world, 4) for b in buckets] + out  # bf16 v and m: 4 bytes each
     return out
 
 
@@ -123,7 +125,9 @@ def _powersgd(params: Sequence[Param], world: int, step: int | None) -> Transfer
     return Transfer(1.0, ranks, n)
 
 
-def _hook(prof: Profile, x: Options, world: int) -> list[Transfer]:
+def _hook(
+    prof: Profile, buckets: list[tuple[Param, ...]], x: Options, world: int
+) -> list[Transfer]:
     """terngrad's hook with options ``x``: each bucket's quantized parameters through the
     exchange (a step's buckets as one with ``fuse_buckets``), the kept ones in one fp32
     all-reduce with the last."""
@@ -133,7 +137,6 @@ def _hook(prof: Profile, x: Options, world: int) -> list[Transfer]:
     kept = [
         p for p in prof.params if (p.last_layer and not x.quantize_last) or p.numel < x.min_numel
     ]
-    buckets = prof.buckets()
     if x.fuse_buckets:
         buckets = [tuple(p for b in buckets for p in b)]
     out = []
