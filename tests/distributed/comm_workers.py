@@ -18,6 +18,9 @@ from terngrad.comm import TOPOLOGIES, ByteCounter, Link, Synchronizer, make_exch
 from terngrad.kernels import Streams, resolve, stream_seed, triton_available
 from terngrad.quantize import Layout
 
+#: the topologies that route codes on the quantizer's path (own-scales: its own cases)
+ROUTED = tuple(t for t in TOPOLOGIES if t != "own-scales")
+
 SEGMENTS = (300, 7, 0, 1234, 57)
 GRID = [("terngrad", {}), ("terngrad", {"bucket_size": 100}), ("qsgd", {"bucket_size": 64})]
 MESSAGES = [("fp32", {}), ("fp16", {}), ("linear", {"bucket_size": 64}), ("signsgd", {})]
@@ -51,7 +54,7 @@ def exchanges(rank: int, world: int) -> dict:
     link = Link(dist.new_group())
     g = local_gradient(rank)
     out = {}
-    cases = itertools.product(GRID + MESSAGES, TOPOLOGIES, KERNELS)
+    cases = itertools.product(GRID + MESSAGES, ROUTED, KERNELS)
     for (name, options), topology, kernels in cases:
         q = quantize.get(name, **options)
         layout = Layout.of(g.numel(), SEGMENTS, q.bucket_size)
@@ -64,7 +67,7 @@ def exchanges(rank: int, world: int) -> dict:
     for (name, options), kernels in itertools.product(GRID, KERNELS):  # no scalar sharing
         q = quantize.get(name, **options)
         layout = Layout.of(g.numel(), SEGMENTS, q.bucket_size)
-        exchange = make_exchange("allgather", q, link, kernels=resolve(kernels), own_scales=True)
+        exchange = make_exchange("own-scales", q, link, kernels=resolve(kernels))
         out[("own", name, str(options), kernels)] = _measured(
             link, exchange, g, layout, draws(rank), None
         )
@@ -76,10 +79,10 @@ def exchanges(rank: int, world: int) -> dict:
         bad[5] = float("nan")
     for (name, options), kernels in itertools.product(GRID, KERNELS):
         q = quantize.get(name, **options)
-        exchange = make_exchange("allgather", q, link, kernels=resolve(kernels), own_scales=True)
+        exchange = make_exchange("own-scales", q, link, kernels=resolve(kernels))
         result = exchange.reduce(bad, Layout.of(g.numel(), SEGMENTS, q.bucket_size), None, None)
         out[("own-nan", name, str(options), kernels)] = result
-    for name, topology, kernels in itertools.product(("terngrad", "linear"), TOPOLOGIES, KERNELS):
+    for name, topology, kernels in itertools.product(("terngrad", "linear"), ROUTED, KERNELS):
         q = quantize.get(name)
         result = make_exchange(topology, q, link, kernels=resolve(kernels)).reduce(
             bad, Layout.of(g.numel(), SEGMENTS, q.bucket_size), None, None
@@ -123,13 +126,13 @@ def _train(ddp, optimizer, rank, steps):
 def training(rank: int, world: int) -> dict:
     """20 steps of DDP with several buckets, for each topology and optimizer."""
     out = {}
-    cases = [(t, "momentum", {}) for t in TOPOLOGIES] + [
+    cases = [(t, "momentum", {}) for t in ROUTED] + [
         ("sharded", "adam", {}),
         ("ps", "adam", {}),
         ("sharded", "momentum", {"quantizer": "signsgd", "error_feedback": True}),
         ("allgather", "momentum", {"quantizer": "qsgd", "error_feedback": True, "min_numel": 0}),
-        ("allgather", "momentum", {"own_scales": True}),
-        ("allgather", "adam", {"own_scales": True, "error_feedback": True, "min_numel": 0}),
+        ("own-scales", "momentum", {}),
+        ("own-scales", "adam", {"error_feedback": True, "min_numel": 0}),
     ]
     for topology, opt_name, options in cases:
         torch.manual_seed(0)
@@ -500,7 +503,7 @@ def algorithm2(rank: int, world: int) -> dict:
     link = Link(dist.new_group())
     g = local_gradient(rank)
     out = {}
-    for (name, options), topology in itertools.product(ALGORITHM2, TOPOLOGIES):
+    for (name, options), topology in itertools.product(ALGORITHM2, ROUTED):
         q = quantize.get(name, **options)
         layout = Layout.of(g.numel(), SEGMENTS, q.bucket_size)
         for aggregate in ("coherent", "requantize"):
@@ -569,7 +572,7 @@ def fused_buckets(rank: int, world: int) -> dict:
         ("terngrad", {}),
         ("terngrad-ef", {"error_feedback": True}),
         ("qsgd", {"quantizer": "qsgd"}),
-        ("terngrad-own", {"topology": "allgather", "own_scales": True}),
+        ("terngrad-own", {"topology": "own-scales"}),
     ):
         for fuse in (False, True):
             torch.manual_seed(0)
