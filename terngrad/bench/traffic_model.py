@@ -59,8 +59,9 @@ def transfers(
     full_precision_steps: int = 0,
 ) -> list[Transfer]:
     """The exchanges of ``method`` at ``step`` (counted from 1) of a run of ``prof`` on
-    ``world`` ranks whose warm-up (a method with one) lasts ``full_precision_steps``; ``step=None``: a steady step
-    (after any warm-up, no variances averaged). ``ValueError`` for what is not modelled."""
+    ``world`` ranks whose warm-up (a method with one) lasts ``full_precision_steps``;
+    ``step=None``: a steady step (after any warm-up, no variances averaged). ``ValueError``
+    for what is not modelled."""
     m = get(method)
     if world < 1:
         raise ValueError(f"world must be at least 1, got {world}")

@@ -15,7 +15,7 @@ from terngrad.train.configure import configure
 
 
 def test_every_name_is_the_spec_it_says_and_reads_back():
-    assert len(methods.METHODS) == 34
+    assert len(methods.METHODS) >= 34  # the table of 4b4effb, under one rule
     for name, m in methods.METHODS.items():
         assert m.name == name and methods.parse(name) == m and m.label, name
         assert (m.baseline is None) != (m.exchange is None), name
