@@ -245,6 +245,7 @@ class State(RankState):
             "skipped_steps": c.skipped_steps,
             "skipped_step": c.skipped_step,
             "bytes": (c.bytes.sent, c.bytes.received, self.fp32_bytes_sent),
+            "messages_sent": c.bytes.messages,
         }
 
     def _load_own(self, state: dict[str, Any]) -> None:
@@ -256,6 +257,7 @@ class State(RankState):
             "skipped_steps": state["skipped_steps"],
             "bytes_sent": sent,
             "bytes_received": received,
+            "messages_sent": state.get("messages_sent", 0),  # not counted before 0.3
         })  # fmt: skip
         self.counters.skipped_step = state["skipped_step"]
 

@@ -199,7 +199,7 @@ def bytes_against_fp32(rank: int, world: int) -> dict:
 
     def counting_allreduce(process_group, bucket):
         ring = 2 * (world - 1) * bucket.buffer().numel() * 4 // world
-        counter.add(ring, ring)
+        counter.add(ring, ring, 2 * (world - 1))
         return default_hooks.allreduce_hook(process_group, bucket)
 
     results = {}

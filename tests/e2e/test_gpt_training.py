@@ -52,7 +52,7 @@ def test_a_two_method_reproduction_writes_the_table_and_reads_back(tmp_path, cap
         "transformer",
         "--methods",
         "fp32",
-        "terngrad-fp",
+        "terngrad-warmup0.2",
         "--steps",
         "4",
         "--workers",
@@ -66,7 +66,7 @@ def test_a_two_method_reproduction_writes_the_table_and_reads_back(tmp_path, cap
     ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert "[2/2] terngrad-fp seed 0: validation" in printed
+    assert "[2/2] terngrad-warmup0.2 seed 0: validation" in printed
     results = json.loads((out / "results.json").read_text())
     fp32, tern = results["runs"]
     assert [s for s, _ in tern["curve"]] == [2, 4]
@@ -75,11 +75,11 @@ def test_a_two_method_reproduction_writes_the_table_and_reads_back(tmp_path, cap
     vocabulary = data.load("pydoc", corpus, context=128).num_classes
     gradient = 4 * sum(p.numel() for p in models.build("gpt", None, vocabulary).parameters())
     assert fp32["bytes_per_step"] == gradient
-    # terngrad-fp: its first fifth (0 steps of 4: at least 1, so 1 step) in fp32, then ternary
+    # terngrad-warmup0.2: its first fifth (0 of 4 steps: at least 1, so 1) in fp32, then ternary
     assert results["settings"]["steps"] == 4
     assert gradient / 4 < tern["bytes_per_step"] < gradient
     table = (out / "results.md").read_text()
-    assert "| fp32 |" in table and "| terngrad-fp |" in table and "within 2%, ≥10x" in table
+    assert "| fp32 |" in table and "| terngrad-warmup0.2 |" in table and "within 2%, ≥10x" in table
     assert (out / "curves.png").stat().st_size > 10_000
     assert (out / "tradeoff.png").stat().st_size > 10_000
     from terngrad.experiments import comparison
