@@ -163,16 +163,13 @@ def hook_options(
         raise ValueError(
             "a method names its quantizer: give the quantizer by name, not an instance"
         )
-    m = get(method).require(
-        "the terngrad hook", baselines=(),
-        recipe=False, warmup=False,
-    )  # fmt: skip
+    m = get(method).require("the terngrad hook", baselines=())
     given = dict(settings)
     if quantizer != "terngrad":
         given["quantizer"] = quantizer
     if topology != "sharded":
         given["topology"] = topology
-    fields = {f for f in Options.__dataclass_fields__}
+    fields = set(Options.__dataclass_fields__)
     q_options = {**given.pop("quantizer_options", {}),
                  **{k: given.pop(k) for k in list(given) if k not in fields}}  # fmt: skip
     return m.options(**given, quantizer_options=q_options)
