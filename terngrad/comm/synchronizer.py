@@ -84,20 +84,28 @@ class Synchronizer:
         """Average the gradients (a missing ``.grad`` counts as zeros). Returns True if some
         rank's gradient was not finite: then every gradient is zero on every rank, and the
         caller should skip ``optimizer.step()``."""
+        for p in self.params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        return self.average([p.grad for p in self.params])
+
+    def average(self, tensors: list[torch.Tensor]) -> bool:
+        """Average ``tensors`` (one per parameter, in :attr:`params` order, each of its shape)
+        over the ranks, in place, as one step of the exchange: the gradients for :meth:`step`,
+        the pseudo-gradients of an outer step (:class:`terngrad.diloco.DiLoCo`). Returns True
+        if some rank's values were not finite: then every tensor is zero on every rank."""
+        start = 0
         for bucket in self.buckets:
-            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in bucket]
-            flat = torch.cat([g.reshape(-1) for g in grads])
+            mine = tensors[start : start + len(bucket)]
+            start += len(bucket)
+            flat = torch.cat([t.reshape(-1) for t in mine])
             self.reducer.reduce_bucket(flat, bucket)
-            for p, part in zip(bucket, flat.split([p.numel() for p in bucket]), strict=True):
-                if p.grad is None:
-                    p.grad = part.view_as(p).clone()
-                else:
-                    p.grad.copy_(part.view_as(p))
+            for t, part in zip(mine, flat.split([t.numel() for t in mine]), strict=True):
+                t.copy_(part.view_as(t))
         self.reducer.finish_step()
         if self.reducer.last_step_skipped:  # a later bucket found it: zero the earlier ones too
-            for p in self.params:
-                if p.grad is not None:
-                    p.grad.zero_()
+            for t in tensors:
+                t.zero_()
         return self.reducer.last_step_skipped
 
     def state_dict(self) -> dict[str, Any]:

@@ -1,0 +1,96 @@
+"""Local steps on real ranks: a small MLP, each rank on its own data, AdamW inside, DiLoCo's
+outer step through terngrad's exchange."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from terngrad.diloco import DiLoCo
+
+
+def model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 128), nn.BatchNorm1d(128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def batch(step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(1000 * step + rank)
+    return torch.randn(16, 64, generator=gen), torch.randint(0, 10, (16,), generator=gen)
+
+
+def _params(net: nn.Module) -> list[torch.Tensor]:
+    return [t.detach().clone() for t in (*net.parameters(), *net.buffers())]
+
+
+def train(rank: int, world: int, steps: int, local_steps: int, settings: dict,
+          ddp: bool = False, save_at: int | None = None, saved: list | None = None,
+          nan_at: int | None = None) -> dict:  # fmt: skip
+    """``steps`` inner steps (from ``saved[rank]`` if given); per step whether it was an outer
+    step and this rank's parameters after it; the stats; at ``save_at`` the states."""
+    net = model()
+    inner = torch.optim.AdamW(net.parameters(), lr=1e-2)
+    wrapped = nn.parallel.DistributedDataParallel(net) if ddp else net
+    outer = DiLoCo(wrapped, inner, local_steps, **settings)
+    start, out = 0, {"outer": [], "params": [], "saved": None, "before_outer": []}
+    if saved is not None:
+        start = saved[rank]["step"]
+        net.load_state_dict(saved[rank]["model"])
+        inner.load_state_dict(saved[rank]["inner"])
+        outer.load_state_dict(saved[rank]["outer"])
+    for step in range(start, steps):
+        if step == save_at:
+            out["saved"] = copy.deepcopy({"step": step, "model": net.state_dict(),
+                                          "inner": inner.state_dict(),
+                                          "outer": outer.state_dict()})  # fmt: skip
+        x, y = batch(step, rank)
+        inner.zero_grad()
+        nn.functional.cross_entropy(wrapped(x), y).backward()
+        inner.step()
+        if nan_at == step and rank == world - 1:
+            with torch.no_grad():
+                next(net.parameters())[0, 0] = float("nan")
+        if (step + 1) % local_steps == 0:
+            out["before_outer"].append(_params(net))
+        out["outer"].append(outer.step())
+        out["params"].append(_params(net))
+    out["anchor"] = [a.detach().clone() for a in outer.anchor]
+    out["stats"] = outer.stats
+    return out
+
+
+def refusals(rank: int, world: int) -> list[str]:
+    """What DiLoCo refuses, each one line."""
+    said = []
+    net = model()
+    inner = torch.optim.AdamW(net.parameters())
+    for make in (
+        lambda: DiLoCo(net, inner, 0),
+        lambda: DiLoCo(net, inner, "auto"),
+        lambda: DiLoCo(net, inner, 2.5),
+        lambda: DiLoCo(net, torch.optim.AdamW(list(net.parameters())[:2]), 4),
+        lambda: DiLoCo(net, torch.optim.AdamW([*net.parameters(), nn.Parameter(torch.ones(2))]), 4),
+        lambda: DiLoCo(net, inner, 4, outer_lr=0),
+        lambda: DiLoCo(net, inner, 4, outer_momentum=1.5),
+        lambda: DiLoCo(net, inner, 4, quantizer="nope"),
+        lambda: DiLoCo(net, inner, 4 + rank),  # the ranks disagree
+    ):
+        try:
+            make()
+            said.append("accepted")
+        except (ValueError, TypeError) as exc:
+            said.append(str(exc))
+    ddp = nn.parallel.DistributedDataParallel(model())
+    import terngrad.ddp
+
+    terngrad.ddp.register(ddp)
+    try:
+        DiLoCo(ddp, torch.optim.AdamW(ddp.module.parameters()), 4)
+        said.append("accepted")
+    except ValueError as exc:
+        said.append(str(exc))
+    dist.barrier()
+    return said
