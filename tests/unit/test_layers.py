@@ -31,6 +31,7 @@ LAYER_OF = {
     "integrations": LAYERS.index("ddp"),
     "optim": LAYERS.index("ddp"),
     "fsdp": LAYERS.index("ddp"),
+    "diloco": LAYERS.index("ddp"),
 }
 
 
