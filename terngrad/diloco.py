@@ -39,6 +39,7 @@ import torch.distributed as dist
 from torch import nn
 
 from terngrad.comm.agreement import differing_ranks
+from terngrad.comm.options import Options
 from terngrad.comm.synchronizer import Synchronizer
 from terngrad.quantize import Quantizer
 from terngrad.util.settings import FRACTION, POSITIVE
@@ -48,7 +49,7 @@ __all__ = ["DiLoCo", "DiLoCoStats"]
 #: what a saved state is, and what it holds
 STATE_FORMAT = 1
 _STATE_KEYS = ("local_steps", "inner_steps", "outer_steps", "skipped_outer_steps", "anchor",
-               "outer_optimizer", "exchange")  # fmt: skip
+               "outer_optimizer", "exchange", "inner_optimizer")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,12 @@ class DiLoCoStats:
         """Bytes sent per inner step: comparable to the DDP hook's per step."""
         return self.bytes_sent / self.inner_steps if self.inner_steps else 0.0
 
+    @property
+    def skipped_steps(self) -> int:
+        """The steps whose update was dropped: the outer steps skipped (as the hook's
+        ``Stats.skipped_steps``, for reports that read either)."""
+        return self.skipped_outer_steps
+
 
 class DiLoCo:
     """Local steps on ``model`` (a module, or a DDP model whose every-step all-reduce is then
@@ -76,7 +83,8 @@ class DiLoCo:
     the model, and no other), an outer step every ``local_steps`` calls of :meth:`step`.
 
     ``quantizer``, ``topology`` and any other keyword: the exchange of the pseudo-gradients,
-    as for :func:`terngrad.ddp.register` (``error_feedback`` defaults to True here);
+    as for :func:`terngrad.ddp.register` (``error_feedback`` defaults to True here), or
+    ``options``, a ready :class:`~terngrad.comm.Options`;
     ``outer_lr``, ``outer_momentum``, ``nesterov``: the outer SGD. Every rank must make it
     alike (checked, in one line naming the ranks, before any exchange). Rank 0's parameters
     and buffers are every replica's start (broadcast here, as DDP does).
@@ -93,6 +101,7 @@ class DiLoCo:
         outer_lr: float = 0.7,
         outer_momentum: float = 0.9,
         nesterov: bool = True,
+        options: Options | None = None,
         **settings: Any,
     ) -> None:
         module = _plain_module(model)
@@ -123,11 +132,12 @@ class DiLoCo:
                 "terngrad.diloco: the ranks made DiLoCo with different settings (compared with "
                 "rank 0) — " + " | ".join(problems)
             )
-        settings.setdefault("error_feedback", True)
+        if options is None:
+            settings.setdefault("error_feedback", True)
         self.model, self.module, self.inner_optimizer = model, module, inner_optimizer
         self.local_steps = local_steps
         #: the exchange of the pseudo-gradients (rank 0's parameters broadcast when made)
-        self.exchange = Synchronizer(module, quantizer, topology, **settings)
+        self.exchange = Synchronizer(module, quantizer, topology, options=options, **settings)
         self.params = self.exchange.params
         self._buffers = [b for b in module.buffers() if b.is_floating_point()]
         link = self.exchange.reducer.link
@@ -151,6 +161,9 @@ class DiLoCo:
             self.inner_steps, self.outer_steps, self.skipped_outer_steps, s.bytes_sent,
             s.bytes_received, s.messages_sent,
         )  # fmt: skip
+
+    #: an inner step is never skipped (a non-finite replica is caught at the outer step)
+    last_step_skipped = False
 
     @torch.no_grad()
     def step(self) -> bool:
@@ -178,9 +191,9 @@ class DiLoCo:
         in the buffer's dtype); integer buffers (batch counts) are left as they are."""
         if not self._buffers:
             return
-        link = self.exchange.reducer.link
+        link = self.exchange.reducer.link  # counted with the exchange's bytes
         flat = torch.cat([b.reshape(-1).to(torch.float32) for b in self._buffers])
-        dist.all_reduce(flat, group=link.group)
+        link.all_reduce(flat)
         flat /= link.size
         for b, part in zip(self._buffers, flat.split([b.numel() for b in self._buffers]),
                            strict=True):  # fmt: skip
@@ -189,9 +202,10 @@ class DiLoCo:
     # --- checkpoints
 
     def state_dict(self) -> dict[str, Any]:
-        """This rank's state: the anchor, the outer optimizer, the step counts and the
-        exchange's (generator, error-feedback residuals, counters). The inner optimizer's
-        state is the caller's to save, as the model's."""
+        """This rank's state: the anchor, the outer optimizer, the step counts, the
+        exchange's (generator, error-feedback residuals, counters) and this rank's inner
+        optimizer (each rank's own moments: a checkpoint that keeps rank 0's optimizer alone
+        would give every rank rank 0's). Save one per rank."""
         return {
             "format": STATE_FORMAT,
             "local_steps": self.local_steps,
@@ -201,6 +215,7 @@ class DiLoCo:
             "anchor": [a.detach().clone() for a in self.anchor],
             "outer_optimizer": self.outer_optimizer.state_dict(),
             "exchange": self.exchange.state_dict(),
+            "inner_optimizer": self.inner_optimizer.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -227,6 +242,7 @@ class DiLoCo:
             )
         self.exchange.load_state_dict(state["exchange"])
         self.outer_optimizer.load_state_dict(state["outer_optimizer"])
+        self.inner_optimizer.load_state_dict(state["inner_optimizer"])
         with torch.no_grad():
             for a, saved in zip(self.anchor, anchor, strict=True):
                 a.copy_(saved)

@@ -19,6 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 from terngrad.comm.methods import hook_options
+from terngrad.comm.options import Options
 from terngrad.comm.plans import last_layer_names
 from terngrad.comm.reducer import Reducer
 from terngrad.comm.stats import Stats, Timing
@@ -30,7 +31,8 @@ class Synchronizer:
 
     ``params``: an ``nn.Module`` (its last layer is the one kept in full precision unless
     ``quantize_last``) or an iterable of parameters or ``(name, parameter)`` pairs (then the
-    last tensor is the last layer). Other settings as for :func:`terngrad.ddp.register`.
+    last tensor is the last layer). Other settings as for :func:`terngrad.ddp.register`, or
+    ``options``, a ready :class:`~terngrad.comm.Options`.
     """
 
     def __init__(
@@ -40,6 +42,7 @@ class Synchronizer:
         topology: str = "sharded",
         *,
         bucket_cap_mb: float = 25.0,
+        options: Options | None = None,
         **settings: Any,
     ) -> None:
         if isinstance(params, nn.Module):
@@ -51,7 +54,9 @@ class Synchronizer:
         if not bucket_cap_mb > 0:
             raise ValueError(f"bucket_cap_mb must be positive, got {bucket_cap_mb!r}")
         extra = {k: settings.pop(k) for k in ("estimate", "group") if k in settings}
-        options = hook_options(quantizer, topology, **settings)
+        if options is not None and (settings or quantizer != "terngrad" or topology != "sharded"):
+            raise ValueError("give either options=Options(...) or the settings, not both")
+        options = options or hook_options(quantizer, topology, **settings)
         if options.fuse_buckets:
             raise ValueError(
                 "fuse_buckets is the DDP hook's: the Synchronizer exchanges its buckets of "

@@ -122,6 +122,18 @@ class TrainConfig:
         "1, 2, 4, ... below N and every N-th step", _OPT, POSITIVE_INT, metavar="N",
         default_words="100",
     )  # fmt: skip
+    #: local steps (DiLoCo, :class:`terngrad.diloco.DiLoCo`): the inner steps between two
+    #: averages of what the replicas moved; 1: the exchange every step (the DDP hook)
+    local_steps: int = setting(
+        1, "inner steps between outer steps: each rank trains its own replica H steps, then the "
+        "ranks average what it moved through the exchange (DiLoCo); 1: every step", _OPT,
+        POSITIVE_INT, metavar="H",
+    )  # fmt: skip
+    outer_lr: float = setting(0.7, "with --local-steps: the outer SGD's learning rate", _OPT,
+                              POSITIVE)  # fmt: skip
+    outer_momentum: float = setting(
+        0.9, "with --local-steps: the outer SGD's Nesterov momentum, [0, 1)", _OPT, FRACTION
+    )
     #: examples per worker; ``None`` with no total either: :data:`DEFAULT_BATCH`
     batch_size: int | None = setting(None, "examples per worker", _OPT, POSITIVE_INT,
                                      default_words=str(DEFAULT_BATCH))  # fmt: skip
@@ -196,6 +208,19 @@ class TrainConfig:
             )
         if not isinstance(self.out, str) or not self.out.strip():
             fail(f"out must name a folder, got {self.out!r}")
+        if self.local_steps > 1:
+            if self.baseline is not None or self.optimizer in ("frozen-adamw", "local-adamw"):
+                fail(
+                    "local-steps averages what each replica moved through terngrad's exchange, "
+                    f"with the run's own optimizer: not with {self.baseline or self.optimizer}"
+                )
+            for name in ("steps", "eval_every", "checkpoint_every"):
+                value = getattr(self, name)
+                if value and value % self.local_steps:
+                    fail(
+                        f"{name.replace('_', '-')} {value} is not a multiple of local-steps "
+                        f"{self.local_steps}: the replicas are one model only after an outer step"
+                    )
 
     @property
     def method(self) -> str:

@@ -23,6 +23,7 @@ from terngrad.comm import CollectiveFailed, rank_seed
 from terngrad.comm.agreement import differing_ranks
 from terngrad.comm.consistency import check_replicas
 from terngrad.comm.momentum import MomentumSource
+from terngrad.diloco import DiLoCo
 from terngrad.train import baselines, checkpoints, models, outputs, text
 from terngrad.train import data as datasets
 from terngrad.train.config import PER_NODE, TrainConfig
@@ -94,7 +95,11 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
     data = load_data(cfg, seed=cfg.seed)
     model = build_model(cfg, data)  # identical initial replicas (DDP also broadcasts rank 0's)
     optimizer = make_optimizer(cfg, model)
-    if cfg.baseline is None:  # (frozen-adamw: the hook exchanges its momentum after warm-up)
+    if cfg.local_steps > 1:  # DiLoCo: local inner steps, the exchange at outer steps
+        ddp = nn.parallel.DistributedDataParallel(model)
+        state = DiLoCo(ddp, optimizer, cfg.local_steps, outer_lr=cfg.outer_lr,
+                       outer_momentum=cfg.outer_momentum, options=cfg.hook_options)  # fmt: skip
+    elif cfg.baseline is None:  # (frozen-adamw: the hook exchanges its momentum after warm-up)
         ddp = nn.parallel.DistributedDataParallel(model)
         momentum = optimizer if isinstance(optimizer, MomentumSource) else None
         state = terngrad.ddp.register(ddp, options=cfg.hook_options, optimizer=momentum)
@@ -121,7 +126,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
     if rank == 0:  # (the checkpoint's own evaluation written back if the metrics lost it)
         outputs.truncate_metrics(out / outputs.METRICS, start, evaluation)
     end = start if _reached(cfg, out, start, world) else cfg.steps
-    if state is not None and start < end:  # every step, resumed or not, in one layout
+    if isinstance(state, terngrad.ddp.State) and start < end:  # every step in one layout
         state.settle_buckets(ddp, data.train_batch(sampler.batch(start), torch.Generator())[0])
     every = cfg.checkpoint_every or cfg.eval_every
 
@@ -146,6 +151,8 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
             raise _hook_error(exc) from None
         if state is None or not state.last_step_skipped:
             optimizer.step()
+            if isinstance(state, DiLoCo):
+                state.step()  # every local_steps-th: the outer step
             skipped_in_a_row = 0
         else:
             skipped_in_a_row += 1
@@ -162,7 +169,10 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
         losses.append(loss.item())
         clock.stop()
         done = step + 1
-        if cfg.check_replicas_every and done % cfg.check_replicas_every == 0:
+        if (
+            cfg.check_replicas_every
+            and done % cfg.check_replicas_every == 0 == done % cfg.local_steps
+        ):
             check_replicas(model, step=done)
         if done % cfg.eval_every == 0 or done == cfg.steps:
             test_loss, accuracy = evaluate(model, data, rank, world)

@@ -57,12 +57,14 @@ def test_the_outer_step_is_nesterov_sgd_on_the_mean_pseudo_gradient():
 @pytest.mark.parametrize("world", [2, 4])
 def test_ternary_outer_gradients_send_far_fewer_bytes_than_fp32(world):
     """Every tensor quantized: (N-1)/N (1.6 + log2(2N+1)) bits an element against fp32's
-    2 (N-1)/N 32, 16.3x fewer at 2 ranks and 13.4x at 4 before headers and scales."""
+    2 (N-1)/N 32, 16.3x fewer at 2 ranks and 13.4x at 4 before headers and scales; the batch
+    norm's 256 statistics travel in fp32 in both (measured 11.3x and 9.7x on this 10k-parameter
+    MLP)."""
     every = {"quantize_last": True, "min_numel": 0}
     tern = run(w.train, world, STEPS, H, every)[0]["stats"]
     full = run(w.train, world, STEPS, H, {**every, "quantizer": "fp32"})[0]["stats"]
     assert tern.bytes_sent == tern.bytes_sent_per_step * STEPS > 0
-    assert full.bytes_sent_per_step / tern.bytes_sent_per_step > {2: 14, 4: 11}[world]
+    assert full.bytes_sent_per_step / tern.bytes_sent_per_step > {2: 10.5, 4: 9}[world]
 
 
 def test_a_resumed_run_ends_bitwise_as_the_straight_one():

@@ -1,0 +1,51 @@
+"""`terngrad train --local-steps H`: DiLoCo in the trainer — an outer step every H steps through
+terngrad's exchange, far fewer bytes than the hook, a run stopped and extended bitwise as the
+straight one, and the settings that cannot go together refused in one line."""
+
+import json
+
+import pytest
+import torch
+from support import LENET_RUN as ARGS
+
+from terngrad.cli import main
+from terngrad.train import checkpoints
+
+LOCAL = ["--local-steps", "2", "--optimizer", "adamw", "--lr", "1e-3"]
+
+
+def test_local_steps_train_resume_bitwise_and_send_far_fewer_bytes(tmp_path, capsys):
+    straight, parts, hook = tmp_path / "straight", tmp_path / "parts", tmp_path / "hook"
+    assert main([*ARGS, *LOCAL, "--steps", "4", "--out", str(straight)]) == 0
+    assert main([*ARGS, *LOCAL, "--steps", "2", "--out", str(parts)]) == 0
+    assert main([*ARGS, *LOCAL, "--steps", "4", "--out", str(parts)]) == 0  # extended: resumed
+    a = checkpoints.load(checkpoints.latest(straight))
+    b = checkpoints.load(checkpoints.latest(parts))
+    for name, value in a["model"].items():
+        assert torch.equal(value, b["model"][name]), name
+    assert a["hook_states"][0]["outer_steps"] == b["hook_states"][0]["outer_steps"] == 2
+    assert main([*ARGS, "--optimizer", "adamw", "--lr", "1e-3", "--steps", "4", "--out",
+                 str(hook)]) == 0  # fmt: skip
+    local = json.loads((straight / "summary.json").read_text())["bytes_sent_per_step"]
+    every = json.loads((hook / "summary.json").read_text())["bytes_sent_per_step"]
+    assert 0 < local < every / 1.5  # an exchange every second step, and no scale round more
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--steps", "5"], "steps 5 is not a multiple of local-steps 2"),
+        (["--steps", "4", "--eval-every", "3"], "eval-every 3 is not a multiple"),
+        (["--steps", "4", "--baseline", "fp16"], "not with fp16"),
+        (["--steps", "4", "--optimizer", "local-adamw"], "not with local-adamw"),
+        (["--steps", "4", "--local-steps", "0"], "--local-steps"),
+    ],
+)
+def test_what_local_steps_cannot_go_with_is_one_line(tmp_path, capsys, extra, message):
+    argv = [*ARGS, "--local-steps", "2", *extra, "--out", str(tmp_path / "x")]
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
