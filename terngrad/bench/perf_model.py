@@ -66,7 +66,7 @@ def method(name: str | methods.Method) -> methods.Method:
     """The method ``name`` (any name of the rule, or an older one), if the model covers it:
     every method of the table does; ``ValueError`` with one line otherwise."""
     return methods.get(name).require(
-        "the performance model", recipe=True, warmup=True, exchange=_not_modelled
+        "the performance model", recipe=True, warmup=True, local=True, exchange=_not_modelled
     )
 
 
@@ -133,12 +133,13 @@ def predict(
     for t in traffic_model.transfers(prof, method(method_name), cluster.workers):
         if cluster.workers == 1:
             continue
-        x = codec_seconds_per_element * t.codec_elements
-        path = max(r.path for r in t.ranks)
-        w = path / rate + max(r.messages for r in t.ranks) * cluster.latency_s
+        x = t.weight * codec_seconds_per_element * t.codec_elements
+        path = t.weight * max(r.path for r in t.ranks)
+        w = path / rate + t.weight * max(r.messages for r in t.ranks) * cluster.latency_s
         jobs.append((forward + t.ready * backward, x, w))
         codec, wire_total = codec + x, wire_total + w
-        sent, busiest = sent + sum(r.sent for r in t.ranks) / cluster.workers, busiest + path
+        sent += t.weight * sum(r.sent for r in t.ranks) / cluster.workers
+        busiest += path
     end = _timeline(jobs, compute_seconds, cluster.shared_cores)
     busy = compute_seconds
     if cluster.shared_cores:

@@ -42,11 +42,13 @@ class Param:
 @dataclass(frozen=True)
 class Profile:
     """A model as the step model needs it: parameters in the order their gradients become
-    ready, and the forward FLOPs of one sample."""
+    ready, the forward FLOPs of one sample, and the elements of its floating-point buffers
+    (batch-norm statistics: what local steps average at an outer step)."""
 
     model: str
     params: tuple[Param, ...]
     forward_flops: float
+    buffers: int = 0
 
     @property
     def numel(self) -> int:
@@ -114,7 +116,8 @@ def profile(module: nn.Module, input_shape: Sequence[int], name: str = "model") 
         for i, (n, p) in enumerate((n, p) for n, p in module.named_parameters() if p.requires_grad)
     ]
     order = sorted(range(len(params)), key=lambda i: (params[i].ready, -i))
-    return Profile(name, tuple(params[i] for i in order), sum(f for _, f in flops))
+    buffers = sum(b.numel() for b in module.buffers() if b.is_floating_point())
+    return Profile(name, tuple(params[i] for i in order), sum(f for _, f in flops), buffers)
 
 
 def profile_model(

@@ -27,8 +27,9 @@ backward pass done) and the elements the codec touches: the performance model
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from terngrad.bench.profile import Param, Profile
 from terngrad.comm.methods import LocalVariance, Method, get
@@ -37,6 +38,8 @@ from terngrad.comm.traffic import NONE, Traffic, all_reduce, exchange_traffic, p
 from terngrad.quantize import Layout
 from terngrad.train.baselines import POWERSGD_RANK, POWERSGD_START
 
+#: the Synchronizer's buckets (its ``bucket_cap_mb`` default), in which local steps exchange
+OUTER_BUCKET_BYTES = 25 * 2**20
 #: the rate PyTorch's PowerSGD compresses by at least (its ``min_compression_rate`` default)
 POWERSGD_MIN_RATE = 2
 
@@ -44,11 +47,14 @@ POWERSGD_MIN_RATE = 2
 @dataclass(frozen=True)
 class Transfer:
     """One exchange of a step: ``ready``, the share of the backward pass done when it can
-    start; ``ranks``, what each rank moves; ``codec_elements``, the elements it encodes."""
+    start; ``ranks``, what each rank moves; ``codec_elements``, the elements it encodes;
+    ``weight``, the share of steps it happens in."""
 
     ready: float
     ranks: list[Traffic]
     codec_elements: int = 0
+    #: the share of steps it happens in: 1, or 1/H for the outer step of local steps
+    weight: float = 1.0
 
 
 def transfers(
@@ -60,8 +66,8 @@ def transfers(
 ) -> list[Transfer]:
     """The exchanges of ``method`` at ``step`` (counted from 1) of a run of ``prof`` on
     ``world`` ranks whose warm-up (a method with one) lasts ``full_precision_steps``;
-    ``step=None``: a steady step (after any warm-up, no variances averaged). ``ValueError``
-    for what is not modelled."""
+    ``step=None``: a steady step (after any warm-up, no variances averaged; with local steps,
+    the outer step, weighted 1/H). ``ValueError`` for what is not modelled."""
     m = get(method)
     if world < 1:
         raise ValueError(f"world must be at least 1, got {world}")
@@ -72,6 +78,11 @@ def transfers(
         return [_plain(b, world, 2, codec=True) for b in buckets]
     if m.baseline == "powersgd":
         return [_powersgd(prof.params, world, step)]
+    if m.local_steps > 1:
+        if step is not None and step % m.local_steps:
+            return []  # an inner step: nothing crosses the network
+        weight = 1.0 if step is not None else 1 / m.local_steps
+        return [replace(t, weight=weight) for t in _outer(prof, m.exchange, world)]
     if step is not None and m.warmup and not full_precision_steps:
         raise ValueError(f"{m.name}: give the run's full_precision_steps (its warm-up share)")
     if m.warmup and step is not None and step <= full_precision_steps:
@@ -126,6 +137,40 @@ def _powersgd(params: Sequence[Param], world: int, step: int | None) -> Transfer
     return Transfer(1.0, ranks, n)
 
 
+def _outer(prof: Profile, x: Options, world: int) -> list[Transfer]:
+    """The outer step of local steps (:class:`terngrad.diloco.DiLoCo`): the pseudo-gradients
+    through the exchange in the :class:`~terngrad.comm.Synchronizer`'s buckets (parameters in
+    the model's order, 25 MiB each), each bucket's kept parameters in one fp32 all-reduce
+    before its quantized ones, then the floating-point buffers in one fp32 all-reduce."""
+    q = x.make_quantizer()
+    buckets: list[list[Param]] = []
+    size = math.inf
+    for p in sorted(prof.params, key=lambda p: p.index):
+        if size + 4 * p.numel > OUTER_BUCKET_BYTES:
+            buckets.append([])
+            size = 0
+        buckets[-1].append(p)
+        size += 4 * p.numel
+    out = []
+    for bucket in buckets:
+        kept = [p for p in bucket if _kept(p, x)]
+        if kept:
+            out.append(Transfer(1.0, all_reduce(4 * sum(p.numel for p in kept), world)))
+        sizes = [p.numel for p in bucket if not _kept(p, x)]
+        if sum(sizes):
+            layout = Layout.of(sum(sizes), sizes, q.bucket_size)
+            ranks = exchange_traffic(q, x.topology, layout, world, x.aggregate)
+            out.append(Transfer(1.0, ranks, layout.numel))
+    if prof.buffers:
+        out.append(Transfer(1.0, all_reduce(4 * prof.buffers, world)))
+    return out
+
+
+def _kept(p: Param, x: Options) -> bool:
+    """Whether the hook keeps ``p`` in full precision (the last layer, small tensors)."""
+    return (p.last_layer and not x.quantize_last) or p.numel < x.min_numel
+
+
 def _hook(
     prof: Profile, buckets: list[tuple[Param, ...]], x: Options, world: int
 ) -> list[Transfer]:
@@ -135,9 +180,7 @@ def _hook(
     q = x.make_quantizer()
     if x.policy != "quantize":
         raise ValueError(f"policy {x.policy!r} chooses per bucket at run time: not modelled")
-    kept = [
-        p for p in prof.params if (p.last_layer and not x.quantize_last) or p.numel < x.min_numel
-    ]
+    kept = [p for p in prof.params if _kept(p, x)]
     if x.fuse_buckets:
         buckets = [tuple(p for b in buckets for p in b)]
     out = []

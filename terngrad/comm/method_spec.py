@@ -84,6 +84,7 @@ class Method:
     exchange: Options | None = field(default=None, hash=False)
     recipe: Recipe | None = None
     warmup: float = 0.0
+    local_steps: int = 1
 
     def __post_init__(self) -> None:
         if (self.baseline is None) == (self.exchange is None):
@@ -93,8 +94,10 @@ class Method:
                 raise ValueError(
                     f"unknown baseline {self.baseline!r}; choose one of: {', '.join(BASELINES)}"
                 )
-            if self.recipe is not None or self.warmup:
-                raise ValueError(f"{self.baseline} is PyTorch's own: it takes no recipe or warm-up")
+            if self.recipe is not None or self.warmup or self.local_steps != 1:
+                raise ValueError(
+                    f"{self.baseline} is PyTorch's own: it takes no recipe, warm-up or local steps"
+                )
             return
         x = self.exchange
         run_level = x.replace(seed=0, timeout=None, kernels="auto", full_precision_steps=0)
@@ -106,6 +109,19 @@ class Method:
             )
         if not (isinstance(self.warmup, int | float) and 0 <= self.warmup < 1):
             raise ValueError(f"warmup is a share of the steps in [0, 1), got {self.warmup!r}")
+        if (
+            isinstance(self.local_steps, bool)
+            or not isinstance(self.local_steps, int)
+            or (self.local_steps < 1)
+        ):
+            raise ValueError(f"local_steps must be an integer >= 1, got {self.local_steps!r}")
+        if self.local_steps > 1 and (
+            self.recipe is not None or self.warmup or x.fuse_buckets or x.policy != "quantize"
+        ):
+            raise ValueError(
+                "local steps (DiLoCo) average the pseudo-gradients once every H steps with the "
+                "run's own optimizer: no optimizer recipe, warm-up, fused buckets or auto policy"
+            )
         named = _named_options(x)
         if named != dict(x.quantizer_options):  # one spec, one form: defaults left out
             object.__setattr__(self, "exchange", x.replace(quantizer_options=named))
@@ -158,10 +174,12 @@ class Method:
         baselines: Iterable[str] = tuple(BASELINES),
         recipe: bool = False,
         warmup: bool = False,
+        local: bool = False,
         exchange: Callable[[Options], str | None] | None = None,
     ) -> Method:
         """This method, if ``consumer`` can honour all of it: the PyTorch ``baselines`` it runs,
-        whether it runs an optimizer ``recipe`` and a full-precision ``warmup``, and
+        whether it runs an optimizer ``recipe``, a full-precision ``warmup`` and ``local``
+        steps (DiLoCo), and
         ``exchange``: what it cannot do with given options, in words (``None``: it can).
         ``ValueError`` with one line naming the part it cannot honour otherwise."""
         why = None
@@ -169,6 +187,8 @@ class Method:
             why = f"it does not run PyTorch's {self.baseline}"
         elif self.recipe is not None and not recipe:
             why = f"it does not run the optimizer recipe ({self.recipe.words})"
+        elif self.local_steps > 1 and not local:
+            why = f"it does not run local steps (DiLoCo, an outer step every {self.local_steps})"
         elif self.warmup and not warmup:
             why = f"it does not run a full-precision warm-up ({_percent(self.warmup)} of the steps)"
         elif self.exchange is not None and exchange is not None:
@@ -247,6 +267,8 @@ def _render(m: Method) -> list[str]:
         tokens.append(x.policy)
     if x.fuse_buckets:
         tokens.append("fused")
+    if m.local_steps > 1:
+        tokens.append(f"local{m.local_steps}")
     if m.recipe is not None:
         tokens.append(m.recipe.token)
     if m.warmup:
@@ -284,6 +306,11 @@ def _words(m: Method) -> str:
     if x.fuse_buckets:
         parts.append("a step's DDP buckets in one exchange")
     words = ", ".join(parts)
+    if m.local_steps > 1:
+        words += (
+            f"; local steps: each replica {m.local_steps} steps on its own, then their "
+            "pseudo-gradients averaged this way and a Nesterov outer step (DiLoCo)"
+        )
     if m.recipe is not None:
         words += "; " + m.recipe.words
     if m.warmup:
@@ -310,6 +337,7 @@ _SLOTS: tuple[tuple[str, str, Callable[[re.Match], dict[str, Any]]], ...] = (
      lambda g: {"x": {"aggregate": {v: k for k, v in _AGGREGATE_TOKENS.items()}[g[0]]}}),
     ("policy", r"auto", lambda g: {"x": {"policy": "auto"}}),
     ("fused buckets", r"fused", lambda g: {"x": {"fuse_buckets": True}}),
+    ("local steps", r"local(\d+)", lambda g: {"local_steps": _integer(g[1])}),
     ("recipe", r"frozen(\d*\.?\d+)|localvar(\d+)",
      lambda g: {"recipe": FrozenVariance(float(g[1])) if g[1] else LocalVariance(int(g[2]))}),
     ("warm-up", r"warmup(\d*\.?\d+)", lambda g: {"warmup": float(g[1])}),
@@ -368,6 +396,6 @@ def parse(name: str) -> Method:
 
 _SYNTAX = (
     "a method is head[-levels][-topology][-b<N>][-noclip|-clip<C>][-2bit][-last][-min<N>][-ef]"
-    "[-fp16agg|-coherent][-auto][-fused][-frozen<F>|-localvar<N>][-warmup<F>], defaults "
+    "[-fp16agg|-coherent][-auto][-fused][-local<H>][-frozen<F>|-localvar<N>][-warmup<F>], defaults "
     "left out: see docs/methods.md"
 )

@@ -1,6 +1,7 @@
 """A method (:mod:`terngrad.comm.methods`) made into a training run's config: PyTorch's
-baseline, or the hook's options with the method's warm-up in steps and its optimizer recipe
-(``frozen-adamw``, ``local-adamw``) — the one place a method rewrites a :class:`TrainConfig`.
+baseline, or the hook's options with the method's warm-up in steps, its optimizer recipe
+(``frozen-adamw``, ``local-adamw``) and its local steps (DiLoCo) — the one place a method
+rewrites a :class:`TrainConfig`.
 
 An experiment may put its own protocol over every method it runs: which tensors are quantized
 (``quantize_last``, ``min_numel``), the topology, clipping for all. Its report says so; the
@@ -30,7 +31,7 @@ def configure(
     its share of ``base.steps``, at least 1); a recipe sets the optimizer, which must be
     AdamW."""
     if method.baseline is not None:
-        return base.replace(out=out, baseline=method.baseline, exchange=Options())
+        return base.replace(out=out, baseline=method.baseline, exchange=Options(), local_steps=1)
     exchange = method.options(**dict(protocol or {}))
     if method.warmup:
         k = full_precision_steps or max(1, int(base.steps * method.warmup))
@@ -46,4 +47,4 @@ def configure(
         base = base.replace(optimizer=recipe.optimizer, freeze_after=freeze)
     elif isinstance(recipe, LocalVariance):
         base = base.replace(optimizer=recipe.optimizer, variance_sync=recipe.every)
-    return base.replace(out=out, baseline=None, exchange=exchange)
+    return base.replace(out=out, baseline=None, exchange=exchange, local_steps=method.local_steps)

@@ -13,6 +13,7 @@ import terngrad.ddp
 from terngrad.comm import methods
 from terngrad.comm.methods import FrozenVariance, LocalVariance
 from terngrad.comm.traffic import ring_bytes
+from terngrad.diloco import DiLoCo
 from terngrad.optim import FrozenVarianceAdamW, LocalVarianceAdamW
 from terngrad.train import baselines, models
 
@@ -66,7 +67,21 @@ def counted_steps(rank: int, world: int, names: list[str], steps: int) -> dict:
     for name in names:
         m, model = methods.get(name), lenet()
         counts = []
-        if m.baseline is not None:
+        if m.local_steps > 1:  # DiLoCo: the outer step's exchange every local_steps steps
+            ddp = nn.parallel.DistributedDataParallel(model)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            outer = DiLoCo(ddp, optimizer, m.local_steps, options=m.options())
+            last = (0, 0, 0)
+            for _ in range(2 * m.local_steps):
+                optimizer.zero_grad()
+                nn.functional.cross_entropy(ddp(x), y).backward()
+                optimizer.step()
+                outer.step()
+                s = outer.stats
+                now = (s.bytes_sent, s.bytes_received, s.messages_sent)
+                counts.append(tuple(a - b for a, b in zip(now, last, strict=True)))
+                last = now
+        elif m.baseline is not None:
             ddp = _baseline(model, m.baseline)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
             for _ in range(steps):

@@ -118,6 +118,11 @@ def test_traffic_of_each_method(tiny):
     assert (own.sent, own.messages) == (3 * message, 3)
     # fused: one exchange of the step's buckets, the deferred all-reduce after it
     assert len(traffic_model.transfers(tiny, "terngrad-own-scales-fused", world)) == 2
+    # local steps: nothing between outer steps; the outer step weighs 1/H in a steady step
+    assert traffic_model.transfers(tiny, "terngrad-ef-local16", world, step=3) == []
+    outer = traffic_model.transfers(tiny, "terngrad-ef-local16", world)
+    assert {t.weight for t in outer} == {1 / 16}
+    assert traffic_model.transfers(tiny, "terngrad-ef-local16", world, step=16)[0].weight == 1
     # in the step: the grid with fc1's bucket, then the deferred fp32 all-reduce at the end
     slow = M.Cluster(world, bytes_per_s=1e6, shared_cores=False)
     step = M.predict(tiny, "terngrad", slow, 1.0)

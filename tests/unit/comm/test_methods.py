@@ -40,6 +40,9 @@ def test_every_name_is_the_spec_it_says_and_reads_back():
     assert t["terngrad-own-scales-fused"].exchange == Options(
         topology="own-scales", fuse_buckets=True
     )
+    diloco = t["terngrad-ef-local16"]  # local steps: DiLoCo with ternary outer gradients
+    assert diloco.local_steps == 16 and diloco.exchange == Options(error_feedback=True)
+    assert t["fp32-sharded-local16"].exchange == Options("fp32")
 
 
 def test_a_new_method_is_one_name_and_defaults_are_left_out():
@@ -67,6 +70,10 @@ def test_a_new_method_is_one_name_and_defaults_are_left_out():
         ("terngrad-clip2.5", "is written 'terngrad'"),
         ("terngrad-5", "levels"),  # TernGrad has no levels option
         ("bingrad-b-own-scales", "own-scales' averages the shared-grid quantizers"),
+        ("terngrad-local16-ef", r"error feedback \(ef\) comes before local steps"),
+        ("terngrad-local4-localvar100", "no optimizer recipe, warm-up, fused buckets"),
+        ("terngrad-fused-local4", "no optimizer recipe, warm-up, fused buckets"),
+        ("terngrad-local1", "is written 'terngrad'"),
     ],
 )
 def test_names_off_the_rule_are_refused_in_one_line(name, why):
@@ -132,6 +139,9 @@ def test_recipes_set_the_optimizer_and_need_adamw():
     assert cfg.exchange.error_feedback and cfg.exchange.quantizer_options["bucket_size"] == 512
     cfg = configure(methods.get("terngrad-b512-ef-localvar100"), base, "runs/x/l")
     assert (cfg.optimizer, cfg.variance_sync, cfg.freeze_after) == ("local-adamw", 100, 0)
+    local = configure(methods.get("terngrad-ef-local4"), base.replace(eval_every=20), "o")
+    assert (local.local_steps, local.optimizer) == (4, "adamw") and local.exchange.error_feedback
+    assert configure(methods.get("fp32"), local, "o").local_steps == 1  # PyTorch's: every step
     assert configure(methods.get("terngrad-b512"), base, "o").optimizer == "adamw"  # untouched
     for name in ("terngrad-b512-ef-frozen0.2", "terngrad-b512-ef-localvar100"):
         with pytest.raises(ValueError, match="exchanges AdamW's momentum; this run's optimizer"):
@@ -149,10 +159,17 @@ def test_bench_network_runs_baselines_and_the_hook_and_refuses_the_rest():
         network.honoured(methods.get("terngrad-warmup0.2"))
     with pytest.raises(ValueError, match="does not run the optimizer recipe"):
         network.honoured(methods.get("terngrad-b512-ef-localvar100"))
+    with pytest.raises(ValueError, match="does not run local steps"):
+        network.honoured(methods.get("terngrad-ef-local16"))
 
 
 def test_bench_overhead_refuses_powersgd_recipes_and_warm_ups():
-    for name in ("powersgd", "terngrad-warmup0.2", "terngrad-b512-ef-frozen0.2"):
+    for name in (
+        "powersgd",
+        "terngrad-warmup0.2",
+        "terngrad-b512-ef-frozen0.2",
+        "terngrad-ef-local16",
+    ):
         with pytest.raises(ValueError, match=f"bench overhead cannot run method {name}"):
             overhead.measure("mlp", methods=["fp32", name])
     assert overhead.honoured(methods.get("fp16")).name == "fp16"
@@ -167,6 +184,7 @@ def test_the_study_measures_a_quantizer_alone_and_refuses_more():
         ("terngrad-ef", "it measures the quantizer alone, not error_feedback=True"),
         ("terngrad-ps", "it measures the quantizer alone, not topology='ps'"),
         ("terngrad-warmup0.2", "it does not run a full-precision warm-up"),
+        ("terngrad-local16", "it does not run local steps"),
     ):
         with pytest.raises(ValueError, match=f"the study cannot run method {name}: {why}"):
             study.check_methods([name])
@@ -196,6 +214,7 @@ def test_the_hook_takes_a_method_of_its_own_with_settings_over_it():
         ("fp16", "it does not run PyTorch's fp16"),
         ("terngrad-b512-ef-localvar100", "it does not run the optimizer recipe"),
         ("terngrad-warmup0.2", "it does not run a full-precision warm-up"),
+        ("terngrad-ef-local16", "it does not run local steps"),
     ):
         with pytest.raises(ValueError, match=f"the terngrad hook cannot run method {name}: {why}"):
             methods.hook_options(method=name)
