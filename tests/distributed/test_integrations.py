@@ -104,6 +104,14 @@ def test_hf_trainer_trains_with_the_hook_on_from_one_line():
     assert out["fp32_ring_bytes_per_step"] >= 10 * out["bytes_sent_per_step"]
 
 
+def test_diloco_example_sends_over_100x_fewer_bytes_than_fp32_ddp():
+    """Local steps (H = 16) with ternary outer gradients on 2 ranks: one model after every outer
+    step, and per inner step far fewer bytes than DDP's every-step fp32 all-reduce."""
+    out = torchrun("diloco_terngrad.py", "--local-steps", "16", "--steps", "32")
+    assert (out["inner_steps"], out["outer_steps"]) == (32, 2) and out["replicas_identical"]
+    assert out["fp32_ring_bytes_per_step"] >= 100 * out["bytes_sent_per_step"] > 0
+
+
 def test_fsdp2_trains_with_terngrad_as_its_reduce_scatter_from_one_line():
     args = ("--toy", "--steps", "8", "--eval-every", "4")
     tern = torchrun("fsdp_terngrad.py", *args)
