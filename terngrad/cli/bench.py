@@ -158,6 +158,7 @@ def add(sub: argparse._SubParsersAction) -> None:
             "check_replicas_every",
             "timeout",
             "stop_at_accuracy",  # --stop-at-target
+            "local_steps",  # a method's (terngrad-ef-local16): --methods names it
         ),
     )
     add_settings(b, Options, only=("quantize_last", "min_numel"), groups=groups)
