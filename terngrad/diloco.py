@@ -23,6 +23,24 @@ the paper):
 4. every replica restarts from the anchor (bitwise equal on every rank), and buffers
    (batch-norm statistics) are replaced by their mean over the ranks.
 
+Two ways past the plain form:
+
+* ``overlap=True``: the outer exchange runs in a background thread while the next ``H`` inner
+  steps compute, and its update lands one outer step late (the overlap of Streaming DiLoCo,
+  Douillard et al. 2025, arXiv 2501.18512, with a delay of one outer step): at outer step
+  ``k`` the averaged ``Δ_{k-1}`` steps the anchor, ``Δ_k`` leaves, and each replica restarts
+  from the anchor moved by its own ``Δ_k`` (``θ_r = anchor − Δ_{k,r}``: its last ``H`` steps
+  are kept until their average lands, not redone — restarting from the bare anchor makes
+  every rank redo them and the outer step count them twice, and diverged in our runs). The
+  replicas then differ by their own last window: :meth:`consensus` puts the anchor in for an
+  evaluation, :meth:`finish` lands the last update (every replica the anchor again).
+* ``local_steps="auto"``: ``H`` chosen once, at the :data:`AUTO_PROBE_STEPS`-th inner step,
+  from two measurements agreed over the ranks (their maximum): the seconds of one outer
+  exchange on this link (two probe exchanges of zeros when DiLoCo is made, the second timed;
+  the exchange's state is put back after them) and the seconds of an inner step (between
+  :meth:`step` calls). ``H`` is the smallest allowed value with
+  ``exchange / (H · step + exchange) ≤ max_comm_share`` (:func:`choose_local_steps`).
+
 A rank whose pseudo-gradient is not finite makes every rank skip the outer step (counted in
 ``stats.skipped_outer_steps``): the anchor stays, every replica restarts from it. The bytes:
 TernGrad's sharded exchange moves ~3.6 bits an element at 4 ranks once every ``H`` steps,
@@ -31,6 +49,12 @@ against DDP's 48 bits every step: at ``H = 16``, ~200x fewer bytes per inner ste
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import math
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,12 +68,33 @@ from terngrad.comm.synchronizer import Synchronizer
 from terngrad.quantize import Quantizer
 from terngrad.util.settings import FRACTION, POSITIVE
 
-__all__ = ["DiLoCo", "DiLoCoStats"]
+__all__ = ["AUTO_PROBE_STEPS", "DiLoCo", "DiLoCoStats", "choose_local_steps"]
 
 #: what a saved state is, and what it holds
-STATE_FORMAT = 1
+STATE_FORMAT = 2
 _STATE_KEYS = ("local_steps", "inner_steps", "outer_steps", "skipped_outer_steps", "anchor",
-               "outer_optimizer", "exchange", "inner_optimizer")  # fmt: skip
+               "outer_optimizer", "exchange", "inner_optimizer", "overlap", "pending")  # fmt: skip
+
+#: ``local_steps="auto"`` decides ``H`` at this inner step, from the seconds between the
+#: :meth:`DiLoCo.step` calls before it (the first step, with its warm-up, left out)
+AUTO_PROBE_STEPS = 4
+#: ``local_steps="auto"`` without ``auto_choices``: any ``H`` from 1 to this (DiLoCo's largest)
+AUTO_MAX_LOCAL_STEPS = 500
+
+
+def choose_local_steps(
+    step_seconds: float, exchange_seconds: float, max_comm_share: float, choices: Sequence[int]
+) -> int:
+    """The smallest ``H`` of ``choices`` whose outer exchange takes at most ``max_comm_share``
+    of the time: ``exchange / (H · step + exchange) ≤ share``, i.e.
+    ``H ≥ exchange · (1 − share) / (share · step)``; the largest choice if none does.
+
+    >>> choose_local_steps(0.05, 0.5, 0.1, range(1, 501))  # 0.5 s a step's 10x: H = 90
+    90
+    """
+    need = exchange_seconds * (1 - max_comm_share) / (max_comm_share * step_seconds)
+    fitting = [h for h in choices if h >= need * (1 - 1e-9)]
+    return min(fitting) if fitting else max(choices)
 
 
 @dataclass(frozen=True)
@@ -64,6 +109,8 @@ class DiLoCoStats:
     bytes_sent: int
     bytes_received: int
     messages_sent: int
+    #: ``H`` in force (``"auto"`` until chosen)
+    local_steps: int | str = 1
 
     @property
     def bytes_sent_per_step(self) -> float:
@@ -82,6 +129,10 @@ class DiLoCo:
     replaced by a no-op hook) with ``inner_optimizer`` (owning every trainable parameter of
     the model, and no other), an outer step every ``local_steps`` calls of :meth:`step`.
 
+    ``local_steps``: ``H``, or ``"auto"`` (chosen at the :data:`AUTO_PROBE_STEPS`-th inner
+    step so that the exchange takes at most ``max_comm_share`` of the time, from
+    ``auto_choices``, by default 1 to :data:`AUTO_MAX_LOCAL_STEPS`);
+    ``overlap``: the outer exchange in the background, its update one outer step late;
     ``quantizer``, ``topology`` and any other keyword: the exchange of the pseudo-gradients,
     as for :func:`terngrad.ddp.register` (``error_feedback`` defaults to True here), or
     ``options``, a ready :class:`~terngrad.comm.Options`;
@@ -94,30 +145,41 @@ class DiLoCo:
         self,
         model: nn.Module,
         inner_optimizer: torch.optim.Optimizer,
-        local_steps: int = 16,
+        local_steps: int | str = 16,
         quantizer: str | Quantizer = "terngrad",
         topology: str = "sharded",
         *,
         outer_lr: float = 0.7,
         outer_momentum: float = 0.9,
         nesterov: bool = True,
+        overlap: bool = False,
+        max_comm_share: float = 0.1,
+        auto_choices: Sequence[int] | None = None,
         options: Options | None = None,
         **settings: Any,
     ) -> None:
         module = _plain_module(model)
-        if isinstance(local_steps, bool) or not isinstance(local_steps, int) or local_steps < 1:
+        if local_steps != "auto" and (
+            isinstance(local_steps, bool) or not isinstance(local_steps, int) or local_steps < 1
+        ):
             raise ValueError(
                 f"local_steps must be an integer of at least 1 (inner steps between outer "
-                f"steps), got {local_steps!r}"
+                f"steps) or 'auto', got {local_steps!r}"
             )
         for name, value, rule in (("outer_lr", outer_lr, POSITIVE), ("outer_momentum",
                                   outer_momentum, FRACTION)):  # fmt: skip
             if not rule.accepts(value):
                 raise ValueError(f"{name} must be {rule.words}, got {value!r}")
-        if not isinstance(nesterov, bool):
-            raise ValueError(f"nesterov must be True or False, got {nesterov!r}")
+        for name, value in (("nesterov", nesterov), ("overlap", overlap)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be True or False, got {value!r}")
         if nesterov and outer_momentum == 0:
             raise ValueError("nesterov needs outer_momentum > 0 (DiLoCo's is 0.9)")
+        if not (POSITIVE.accepts(max_comm_share) and max_comm_share < 1):
+            raise ValueError(
+                f"max_comm_share must be a share of the time in (0, 1), got {max_comm_share!r}"
+            )
+        choices = _auto_choices(auto_choices)
         _check_owner(module, inner_optimizer)
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError(
@@ -125,7 +187,9 @@ class DiLoCo:
                 "torch.distributed.init_process_group(...) first (torchrun sets its environment)"
             )
         mine = {"local_steps": local_steps, "outer_lr": float(outer_lr),
-                "outer_momentum": float(outer_momentum), "nesterov": nesterov}  # fmt: skip
+                "outer_momentum": float(outer_momentum), "nesterov": nesterov,
+                "overlap": overlap, "max_comm_share": float(max_comm_share),
+                "auto_choices": choices}  # fmt: skip
         problems = differing_ranks(mine)
         if problems:
             raise ValueError(
@@ -135,7 +199,9 @@ class DiLoCo:
         if options is None:
             settings.setdefault("error_feedback", True)
         self.model, self.module, self.inner_optimizer = model, module, inner_optimizer
-        self.local_steps = local_steps
+        #: ``H``: an integer, or ``"auto"`` until the :data:`AUTO_PROBE_STEPS`-th inner step
+        self.local_steps: int | str = local_steps
+        self.overlap, self.max_comm_share, self.auto_choices = overlap, max_comm_share, choices
         #: the exchange of the pseudo-gradients (rank 0's parameters broadcast when made)
         self.exchange = Synchronizer(module, quantizer, topology, options=options, **settings)
         self.params = self.exchange.params
@@ -153,14 +219,57 @@ class DiLoCo:
             self.anchor, lr=outer_lr, momentum=outer_momentum, nesterov=nesterov
         )
         self.inner_steps = self.outer_steps = self.skipped_outer_steps = 0
+        #: ``local_steps="auto"``: what it measured (seconds of an inner step and of an outer
+        #: exchange, agreed over the ranks) and chose
+        self.auto: dict[str, float] | None = None
+        self._step_times: list[float] = []
+        self._exchange_seconds = self._time_exchange() if local_steps == "auto" else math.nan
+        # overlap: the exchange in flight, its inputs and the exchange's state before it
+        self._executor = ThreadPoolExecutor(1, "terngrad-diloco") if overlap else None
+        self._pending: Future[bool] | None = None
+        self._pending_deltas: list[torch.Tensor] = []
+        self._pending_sent: list[torch.Tensor] = []
+        self._pending_exchange_state: dict[str, Any] | None = None
+        #: overlap: where each replica restarted (the anchor moved by its own Δ in flight)
+        self._starts: list[torch.Tensor] | None = None
 
     @property
     def stats(self) -> DiLoCoStats:
         s = self.exchange.stats
         return DiLoCoStats(
             self.inner_steps, self.outer_steps, self.skipped_outer_steps, s.bytes_sent,
-            s.bytes_received, s.messages_sent,
+            s.bytes_received, s.messages_sent, self.local_steps,
         )  # fmt: skip
+
+    @property
+    def in_sync(self) -> bool:
+        """Whether every replica is the anchor now: before the first inner step, and just
+        after an outer step (with ``overlap``, only after :meth:`finish`: between, each
+        replica also holds its own last ``H`` steps)."""
+        return self.inner_steps == 0 or (
+            self._starts is None
+            and self.local_steps != "auto"
+            and self.inner_steps % self.local_steps == 0
+        )
+
+    @contextlib.contextmanager
+    def consensus(self) -> Iterator[None]:
+        """The anchor in the model's parameters for the block (an evaluation), the replicas'
+        own put back after it: the one model every rank agrees on. A no-op when
+        :attr:`in_sync`; with ``overlap``, the anchor lacks the update in flight."""
+        if self.in_sync:
+            yield
+            return
+        with torch.no_grad():
+            own = [p.detach().clone() for p in self.params]
+            for p, a in zip(self.params, self.anchor, strict=True):
+                p.copy_(a)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for p, mine in zip(self.params, own, strict=True):
+                    p.copy_(mine)
 
     #: an inner step is never skipped (a non-finite replica is caught at the outer step)
     last_step_skipped = False
@@ -170,21 +279,106 @@ class DiLoCo:
         """Count an inner step (call it after ``inner_optimizer.step()``); every
         ``local_steps``-th, the outer step. Returns whether this was an outer step."""
         self.inner_steps += 1
+        if self.local_steps == "auto":
+            self._step_times.append(time.perf_counter())
+            if self.inner_steps < AUTO_PROBE_STEPS:
+                return False
+            self._decide_local_steps()
         if self.inner_steps % self.local_steps:
             return False
-        deltas = [a - p.detach() for a, p in zip(self.anchor, self.params, strict=True)]
-        skipped = self.exchange.average(deltas)
+        starts = self.anchor if self._starts is None else self._starts
+        deltas = [s - p.detach() for s, p in zip(starts, self.params, strict=True)]
         self.outer_steps += 1
+        if not self.overlap:
+            self._outer_update(deltas, self.exchange.average(deltas))
+            for p, a in zip(self.params, self.anchor, strict=True):
+                p.copy_(a)
+            self._average_buffers()
+            return True
+        if self._pending is not None:  # Δ_{k-1}, averaged while the last H steps ran
+            self._outer_update(self._pending_deltas, self._pending.result())
+        sent = [d.clone() for d in deltas]
+        self._restart_with_own(sent)
+        self._average_buffers()
+        self._launch(deltas, sent)
+        return True
+
+    def finish(self) -> None:
+        """With ``overlap``: wait for the exchange in flight and apply its update, so that the
+        model holds every outer step (call it after the last :meth:`step`: the replicas then
+        restart from the anchor, bitwise equal, or, between outer steps, keep the steps since
+        on it). A no-op when no exchange is in flight."""
+        if self._pending is None:
+            return
+        with torch.no_grad():
+            self._outer_update(self._pending_deltas, self._pending.result())
+            starts = self._starts or self.anchor
+            self._pending, self._starts = None, None
+            self._pending_deltas, self._pending_sent = [], []
+            self._pending_exchange_state = None
+            for p, a, s in zip(self.params, self.anchor, starts, strict=True):
+                if self.in_sync:
+                    p.copy_(a)
+                else:  # the inner steps since the last outer step kept, on the new anchor
+                    p.add_(a - s)
+
+    def _outer_update(self, deltas: list[torch.Tensor], skipped: bool) -> None:
+        """The outer SGD steps the anchor along the averaged ``deltas`` (or, when a rank's
+        were not finite, stays: counted)."""
         if skipped:
             self.skipped_outer_steps += 1
-        else:
-            for a, d in zip(self.anchor, deltas, strict=True):
-                a.grad = d
-            self.outer_optimizer.step()
-        for p, a in zip(self.params, self.anchor, strict=True):
-            p.copy_(a)
-        self._average_buffers()
-        return True
+            return
+        for a, d in zip(self.anchor, deltas, strict=True):
+            a.grad = d
+        self.outer_optimizer.step()
+
+    def _restart_with_own(self, sent: list[torch.Tensor]) -> None:
+        """Overlap: each replica restarts from the anchor moved by its own pseudo-gradient in
+        flight, ``θ_r = anchor − Δ_r`` (its last ``H`` steps kept until their average lands:
+        restarting from the bare anchor would have every rank redo them, and the average
+        count them twice); the next pseudo-gradient is taken from there."""
+        for p, a, d in zip(self.params, self.anchor, sent, strict=True):
+            p.copy_(a - d)
+        self._starts = [p.detach().clone() for p in self.params]
+
+    def _launch(self, deltas: list[torch.Tensor], sent: list[torch.Tensor]) -> None:
+        """Start averaging ``deltas`` in the background (overlap); what a checkpoint taken
+        before it lands needs is kept: this rank's pseudo-gradient as ``sent`` and the
+        exchange's state before it."""
+        assert self._executor is not None
+        self._pending_exchange_state = _cloned(self.exchange.state_dict())
+        self._pending_sent = sent
+        self._pending_deltas = deltas
+        self._pending = self._executor.submit(_no_grad(self.exchange.average), deltas)
+
+    def _time_exchange(self) -> float:
+        """Seconds of one outer exchange on this link: two exchanges of zeros (the first
+        warms the kernels up), the second timed, the exchange's state (generator, residuals,
+        counters) put back after them."""
+        state = _cloned(self.exchange.state_dict())
+        seconds = math.inf
+        for _ in range(2):
+            zeros = [torch.zeros_like(p) for p in self.params]
+            began = time.perf_counter()
+            self.exchange.average(zeros)
+            seconds = time.perf_counter() - began
+        self.exchange.load_state_dict(state)
+        return seconds
+
+    def _decide_local_steps(self) -> None:
+        """``local_steps="auto"``: ``H`` from the inner steps timed so far and the probe
+        exchange, both agreed over the ranks as their maximum (one 16-byte all-reduce)."""
+        gaps = [b - a for a, b in itertools.pairwise(self._step_times)]
+        measured = torch.tensor([sum(gaps) / len(gaps), self._exchange_seconds],
+                                dtype=torch.float64)  # fmt: skip
+        dist.all_reduce(measured, op=dist.ReduceOp.MAX, group=self.exchange.reducer.link.group)
+        step_s, exchange_s = measured.tolist()
+        self.local_steps = choose_local_steps(step_s, exchange_s, self.max_comm_share,
+                                              self.auto_choices)  # fmt: skip
+        self.auto = {"inner_step_seconds": step_s, "exchange_seconds": exchange_s,
+                     "max_comm_share": self.max_comm_share,
+                     "local_steps": self.local_steps}  # fmt: skip
+        self._step_times = []
 
     def _average_buffers(self) -> None:
         """Every floating-point buffer replaced by its mean over the ranks (fp32 all-reduce,
@@ -205,7 +399,10 @@ class DiLoCo:
         """This rank's state: the anchor, the outer optimizer, the step counts, the
         exchange's (generator, error-feedback residuals, counters) and this rank's inner
         optimizer (each rank's own moments: a checkpoint that keeps rank 0's optimizer alone
-        would give every rank rank 0's). Save one per rank."""
+        would give every rank rank 0's). Save one per rank. With ``overlap``, an exchange in
+        flight is not waited for: its input (this rank's pseudo-gradient) and the exchange's
+        state before it are saved, and :meth:`load_state_dict` sends it again."""
+        pending = self._pending is not None
         return {
             "format": STATE_FORMAT,
             "local_steps": self.local_steps,
@@ -214,41 +411,102 @@ class DiLoCo:
             "skipped_outer_steps": self.skipped_outer_steps,
             "anchor": [a.detach().clone() for a in self.anchor],
             "outer_optimizer": self.outer_optimizer.state_dict(),
-            "exchange": self.exchange.state_dict(),
+            "exchange": self._pending_exchange_state if pending else self.exchange.state_dict(),
             "inner_optimizer": self.inner_optimizer.state_dict(),
+            "overlap": self.overlap,
+            "pending": [d.clone() for d in self._pending_sent] if pending else None,
+            "auto": self.auto,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` of the same rank and settings; ``ValueError`` with one
-        line naming what does not fit."""
+        """Restore :meth:`state_dict` of the same rank and settings (on every rank at once: an
+        exchange that was in flight is sent again); ``ValueError`` with one line naming what
+        does not fit."""
         if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
             raise ValueError("not a terngrad.diloco state (or one of another format version)")
         missing = [k for k in _STATE_KEYS if k not in state]
         if missing:
             raise ValueError(f"this terngrad.diloco state lacks {', '.join(missing)}")
-        if state["local_steps"] != self.local_steps:
+        saved_h = state["local_steps"]
+        if self.local_steps == "auto" and (saved_h == "auto" or saved_h in self.auto_choices):
+            pass  # auto: the saved choice holds (or is still to be made)
+        elif saved_h != self.local_steps:
             raise ValueError(
-                f"this terngrad.diloco state was saved with local_steps={state['local_steps']}, "
-                f"not {self.local_steps}"
+                f"this terngrad.diloco state was saved with local_steps={saved_h!r}, "
+                f"not {self.local_steps!r}"
             )
-        anchor = state["anchor"]
+        if state["overlap"] != self.overlap:
+            raise ValueError(
+                f"this terngrad.diloco state was saved with overlap={state['overlap']}, "
+                f"not {self.overlap}"
+            )
         shapes = [tuple(a.shape) for a in self.anchor]
-        if (
-            not isinstance(anchor, list)
-            or [tuple(getattr(a, "shape", ())) for a in anchor] != shapes
-        ):
-            raise ValueError(
-                "this terngrad.diloco state's anchor does not fit the model's parameters"
-            )
+        for key in ("anchor", "pending"):
+            tensors = state[key]
+            if key == "pending" and tensors is None:
+                continue
+            if (
+                not isinstance(tensors, list)
+                or [tuple(getattr(t, "shape", ())) for t in tensors] != shapes
+            ):
+                raise ValueError(
+                    f"this terngrad.diloco state's {key} does not fit the model's parameters"
+                )
+        if self._pending is not None:
+            self._pending.result()  # (the replaced run's exchange lands before it is dropped)
+            self._pending = None
         self.exchange.load_state_dict(state["exchange"])
         self.outer_optimizer.load_state_dict(state["outer_optimizer"])
         self.inner_optimizer.load_state_dict(state["inner_optimizer"])
         with torch.no_grad():
-            for a, saved in zip(self.anchor, anchor, strict=True):
+            for a, saved in zip(self.anchor, state["anchor"], strict=True):
                 a.copy_(saved)
         self.inner_steps = int(state["inner_steps"])
         self.outer_steps = int(state["outer_steps"])
         self.skipped_outer_steps = int(state["skipped_outer_steps"])
+        self.local_steps, self.auto, self._step_times = saved_h, state.get("auto"), []
+        self._starts = None
+        if state["pending"] is not None:
+            sent = [t.clone() for t in state["pending"]]
+            with torch.no_grad():
+                if self.local_steps != "auto" and self.inner_steps % self.local_steps == 0:
+                    self._restart_with_own(sent)  # (a replica saved just after its outer step)
+                else:
+                    self._starts = [a.detach() - d for a, d in zip(self.anchor, sent, strict=True)]
+            self._launch([d.clone() for d in sent], sent)
+
+
+def _cloned(state: Any) -> Any:
+    """``state`` with every tensor cloned (a snapshot that later steps do not change)."""
+    if isinstance(state, torch.Tensor):
+        return state.clone()
+    if isinstance(state, dict):
+        return {k: _cloned(v) for k, v in state.items()}
+    if isinstance(state, list | tuple):
+        return type(state)(_cloned(v) for v in state)
+    return state
+
+
+def _no_grad(fn: Any) -> Any:
+    """``fn`` run under ``torch.no_grad()`` (grad mode is per thread)."""
+
+    def run(*args: Any) -> Any:
+        with torch.no_grad():
+            return fn(*args)
+
+    return run
+
+
+def _auto_choices(choices: Sequence[int] | None) -> list[int]:
+    """The values ``local_steps="auto"`` may take, sorted; one line for a bad list."""
+    if choices is None:
+        return list(range(1, AUTO_MAX_LOCAL_STEPS + 1))
+    values = list(choices) if isinstance(choices, Sequence | range) else None
+    if not values or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in values):
+        raise ValueError(
+            f"auto_choices must be a non-empty list of positive integers, got {choices!r}"
+        )
+    return sorted(set(values))
 
 
 def _local_gradients(_, bucket):  # DDP checks real annotations; these would be strings

@@ -78,7 +78,9 @@ def transfers(
         return [_plain(b, world, 2, codec=True) for b in buckets]
     if m.baseline == "powersgd":
         return [_powersgd(prof.params, world, step)]
-    if m.local_steps > 1:
+    if m.local_steps == "auto":
+        raise ValueError(f"{m.name}: its H is chosen at run time, from the measured rates")
+    if m.local_steps != 1:  # (overlap moves the same bytes, later)
         if step is not None and step % m.local_steps:
             return []  # an inner step: nothing crosses the network
         weight = 1.0 if step is not None else 1 / m.local_steps

@@ -159,6 +159,7 @@ def add(sub: argparse._SubParsersAction) -> None:
             "timeout",
             "stop_at_accuracy",  # --stop-at-target
             "local_steps",  # a method's (terngrad-ef-local16): --methods names it
+            "outer_overlap",  # a method's too (terngrad-ef-local16-overlap)
         ),
     )
     add_settings(b, Options, only=("quantize_last", "min_numel"), groups=groups)

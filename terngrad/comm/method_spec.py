@@ -84,7 +84,10 @@ class Method:
     exchange: Options | None = field(default=None, hash=False)
     recipe: Recipe | None = None
     warmup: float = 0.0
-    local_steps: int = 1
+    #: local steps (DiLoCo): ``H``, or ``"auto"`` (chosen at run time); 1: none
+    local_steps: int | str = 1
+    #: with local steps: the outer exchange behind the next inner steps, one outer step late
+    outer_overlap: bool = False
 
     def __post_init__(self) -> None:
         if (self.baseline is None) == (self.exchange is None):
@@ -94,7 +97,12 @@ class Method:
                 raise ValueError(
                     f"unknown baseline {self.baseline!r}; choose one of: {', '.join(BASELINES)}"
                 )
-            if self.recipe is not None or self.warmup or self.local_steps != 1:
+            if (
+                self.recipe is not None
+                or self.warmup
+                or self.local_steps != 1
+                or (self.outer_overlap)
+            ):
                 raise ValueError(
                     f"{self.baseline} is PyTorch's own: it takes no recipe, warm-up or local steps"
                 )
@@ -109,13 +117,17 @@ class Method:
             )
         if not (isinstance(self.warmup, int | float) and 0 <= self.warmup < 1):
             raise ValueError(f"warmup is a share of the steps in [0, 1), got {self.warmup!r}")
-        if (
+        if self.local_steps != "auto" and (
             isinstance(self.local_steps, bool)
             or not isinstance(self.local_steps, int)
             or (self.local_steps < 1)
         ):
-            raise ValueError(f"local_steps must be an integer >= 1, got {self.local_steps!r}")
-        if self.local_steps > 1 and (
+            raise ValueError(
+                f"local_steps must be an integer >= 1 or 'auto', got {self.local_steps!r}"
+            )
+        if self.outer_overlap and self.local_steps == 1:
+            raise ValueError("outer_overlap overlaps the outer exchange of local steps: give H")
+        if self.local_steps != 1 and (
             self.recipe is not None or self.warmup or x.fuse_buckets or x.policy != "quantize"
         ):
             raise ValueError(
@@ -187,7 +199,7 @@ class Method:
             why = f"it does not run PyTorch's {self.baseline}"
         elif self.recipe is not None and not recipe:
             why = f"it does not run the optimizer recipe ({self.recipe.words})"
-        elif self.local_steps > 1 and not local:
+        elif self.local_steps != 1 and not local:
             why = f"it does not run local steps (DiLoCo, an outer step every {self.local_steps})"
         elif self.warmup and not warmup:
             why = f"it does not run a full-precision warm-up ({_percent(self.warmup)} of the steps)"
@@ -267,8 +279,10 @@ def _render(m: Method) -> list[str]:
         tokens.append(x.policy)
     if x.fuse_buckets:
         tokens.append("fused")
-    if m.local_steps > 1:
+    if m.local_steps != 1:
         tokens.append(f"local{m.local_steps}")
+    if m.outer_overlap:
+        tokens.append("overlap")
     if m.recipe is not None:
         tokens.append(m.recipe.token)
     if m.warmup:
@@ -306,11 +320,18 @@ def _words(m: Method) -> str:
     if x.fuse_buckets:
         parts.append("a step's DDP buckets in one exchange")
     words = ", ".join(parts)
-    if m.local_steps > 1:
+    if m.local_steps != 1:
+        h = (
+            "H (chosen from the measured step and exchange)"
+            if m.local_steps == "auto"
+            else (m.local_steps)
+        )
         words += (
-            f"; local steps: each replica {m.local_steps} steps on its own, then their "
+            f"; local steps: each replica {h} steps on its own, then their "
             "pseudo-gradients averaged this way and a Nesterov outer step (DiLoCo)"
         )
+    if m.outer_overlap:
+        words += ", the exchange behind the next inner steps (its update one outer step late)"
     if m.recipe is not None:
         words += "; " + m.recipe.words
     if m.warmup:
@@ -337,7 +358,9 @@ _SLOTS: tuple[tuple[str, str, Callable[[re.Match], dict[str, Any]]], ...] = (
      lambda g: {"x": {"aggregate": {v: k for k, v in _AGGREGATE_TOKENS.items()}[g[0]]}}),
     ("policy", r"auto", lambda g: {"x": {"policy": "auto"}}),
     ("fused buckets", r"fused", lambda g: {"x": {"fuse_buckets": True}}),
-    ("local steps", r"local(\d+)", lambda g: {"local_steps": _integer(g[1])}),
+    ("local steps", r"local(\d+|auto)",
+     lambda g: {"local_steps": "auto" if g[1] == "auto" else _integer(g[1])}),
+    ("overlap", r"overlap", lambda g: {"outer_overlap": True}),
     ("recipe", r"frozen(\d*\.?\d+)|localvar(\d+)",
      lambda g: {"recipe": FrozenVariance(float(g[1])) if g[1] else LocalVariance(int(g[2]))}),
     ("warm-up", r"warmup(\d*\.?\d+)", lambda g: {"warmup": float(g[1])}),
@@ -396,6 +419,7 @@ def parse(name: str) -> Method:
 
 _SYNTAX = (
     "a method is head[-levels][-topology][-b<N>][-noclip|-clip<C>][-2bit][-last][-min<N>][-ef]"
-    "[-fp16agg|-coherent][-auto][-fused][-local<H>][-frozen<F>|-localvar<N>][-warmup<F>], defaults "
+    "[-fp16agg|-coherent][-auto][-fused][-local<H>|-localauto][-overlap][-frozen<F>|-localvar<N>]"
+    "[-warmup<F>], defaults "
     "left out: see docs/methods.md"
 )

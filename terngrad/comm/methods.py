@@ -11,7 +11,8 @@ warm-up, Tang et al. 2021, Sec. 4).
 **The name is the spec** (:func:`parse` reads it, :attr:`Method.name` writes it)::
 
     head [-levels] [-topology] [-b<N>] [-noclip | -clip<C>] [-2bit] [-last] [-min<N>] [-ef]
-         [-fp16agg | -coherent] [-auto] [-fused] [-local<H>] [-frozen<F> | -localvar<N>]
+         [-fp16agg | -coherent] [-auto] [-fused] [-local<H> | -localauto] [-overlap]
+         [-frozen<F> | -localvar<N>]
          [-warmup<F>]
 
 * ``head``: ``fp32``, ``fp16`` or ``powersgd`` alone are PyTorch's own; any quantizer name
@@ -24,7 +25,9 @@ warm-up, Tang et al. 2021, Sec. 4).
 * the exchange's settings: ``last`` (quantize_last), ``min<N>`` (min_numel), ``ef`` (error
   feedback), the aggregate, the ``auto`` policy, ``fused`` (fuse_buckets);
 * ``local<H>``: local steps (DiLoCo, :class:`terngrad.diloco.DiLoCo`): each replica ``H``
-  steps on its own, then their pseudo-gradients averaged through this exchange;
+  steps on its own, then their pseudo-gradients averaged through this exchange; ``localauto``:
+  ``H`` chosen at run time from the measured step and exchange (``--max-comm-share``);
+  ``overlap``: the outer exchange behind the next inner steps, its update one outer step late;
 * the recipe: ``frozen<F>`` (AdamW's variance frozen after the share F of the steps, its
   preconditioned momentum exchanged) or ``localvar<N>`` (AdamW's momentum exchanged, its
   variance each rank's own, averaged every N steps);
@@ -79,7 +82,7 @@ METHODS: dict[str, Method] = {
         "fp32-sharded-localvar100", "terngrad-b512-ef-localvar100",
         "terngrad-b512-last-min0-ef-localvar100",
         "terngrad-b512-noclip-last-min0-ef-localvar100",
-        "terngrad-ef-local16", "fp32-sharded-local16",
+        "terngrad-ef-local16", "fp32-sharded-local16", "terngrad-ef-local16-overlap",
         *(f"{family}-{levels}" for family in ("qsgd", "linear", "orq") for levels in (3, 5, 9)),
         "bingrad-b", "bingrad-pb", "signsgd", "signsgd-b512",
     ))

@@ -19,6 +19,7 @@ from typing import Any
 
 from terngrad.comm import Options
 from terngrad.comm.options import MAX_TIMEOUT
+from terngrad.diloco import AUTO_PROBE_STEPS
 from terngrad.train import baselines, models, schedule
 from terngrad.train import data as datasets
 from terngrad.util.differences import differences
@@ -29,6 +30,8 @@ from terngrad.util.settings import (
     NON_NEGATIVE_INT,
     POSITIVE,
     POSITIVE_INT,
+    POSITIVE_INT_OR_AUTO,
+    SHARE,
     Range,
     check_settings,
     setting,
@@ -124,10 +127,20 @@ class TrainConfig:
     )  # fmt: skip
     #: local steps (DiLoCo, :class:`terngrad.diloco.DiLoCo`): the inner steps between two
     #: averages of what the replicas moved; 1: the exchange every step (the DDP hook)
-    local_steps: int = setting(
+    local_steps: int | str = setting(
         1, "inner steps between outer steps: each rank trains its own replica H steps, then the "
-        "ranks average what it moved through the exchange (DiLoCo); 1: every step", _OPT,
-        POSITIVE_INT, metavar="H",
+        "ranks average what it moved through the exchange (DiLoCo); 1: every step; auto: H "
+        "measured so that the exchange takes at most --max-comm-share of the time", _OPT,
+        POSITIVE_INT_OR_AUTO, metavar="H",
+    )  # fmt: skip
+    #: the outer exchange behind the next inner steps, its update one outer step late
+    outer_overlap: bool = setting(
+        False, "with --local-steps: the outer exchange runs while the next H inner steps "
+        "compute, its update applied one outer step late", _OPT,
+    )  # fmt: skip
+    max_comm_share: float = setting(
+        0.1, "with --local-steps auto: the largest share of the time the outer exchange may "
+        "take", _OPT, SHARE,
     )  # fmt: skip
     outer_lr: float = setting(0.7, "with --local-steps: the outer SGD's learning rate", _OPT,
                               POSITIVE)  # fmt: skip
@@ -208,19 +221,29 @@ class TrainConfig:
             )
         if not isinstance(self.out, str) or not self.out.strip():
             fail(f"out must name a folder, got {self.out!r}")
-        if self.local_steps > 1:
+        if self.local_steps != 1:
             if self.baseline is not None or self.optimizer in ("frozen-adamw", "local-adamw"):
                 fail(
                     "local-steps averages what each replica moved through terngrad's exchange, "
                     f"with the run's own optimizer: not with {self.baseline or self.optimizer}"
                 )
             for name in ("steps", "eval_every", "checkpoint_every"):
-                value = getattr(self, name)
-                if value and value % self.local_steps:
+                value, flag = getattr(self, name), name.replace("_", "-")
+                if not value:
+                    continue
+                if self.local_steps == "auto":
+                    if name != "steps" and value < AUTO_PROBE_STEPS:
+                        fail(
+                            f"local-steps auto chooses H at inner step {AUTO_PROBE_STEPS}: "
+                            f"{flag} must be at least {AUTO_PROBE_STEPS}, got {value}"
+                        )
+                elif value % self.local_steps:
                     fail(
-                        f"{name.replace('_', '-')} {value} is not a multiple of local-steps "
+                        f"{flag} {value} is not a multiple of local-steps "
                         f"{self.local_steps}: the replicas are one model only after an outer step"
                     )
+        elif self.outer_overlap:
+            fail("outer-overlap overlaps the outer exchange of local steps: give --local-steps")
 
     @property
     def method(self) -> str:

@@ -31,7 +31,13 @@ def configure(
     its share of ``base.steps``, at least 1); a recipe sets the optimizer, which must be
     AdamW."""
     if method.baseline is not None:
-        return base.replace(out=out, baseline=method.baseline, exchange=Options(), local_steps=1)
+        return base.replace(
+            out=out,
+            baseline=method.baseline,
+            exchange=Options(),
+            local_steps=1,
+            outer_overlap=False,
+        )
     exchange = method.options(**dict(protocol or {}))
     if method.warmup:
         k = full_precision_steps or max(1, int(base.steps * method.warmup))
@@ -47,4 +53,10 @@ def configure(
         base = base.replace(optimizer=recipe.optimizer, freeze_after=freeze)
     elif isinstance(recipe, LocalVariance):
         base = base.replace(optimizer=recipe.optimizer, variance_sync=recipe.every)
-    return base.replace(out=out, baseline=None, exchange=exchange, local_steps=method.local_steps)
+    return base.replace(
+        out=out,
+        baseline=None,
+        exchange=exchange,
+        local_steps=method.local_steps,
+        outer_overlap=method.outer_overlap,
+    )

@@ -95,10 +95,12 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
     data = load_data(cfg, seed=cfg.seed)
     model = build_model(cfg, data)  # identical initial replicas (DDP also broadcasts rank 0's)
     optimizer = make_optimizer(cfg, model)
-    if cfg.local_steps > 1:  # DiLoCo: local inner steps, the exchange at outer steps
+    if cfg.local_steps != 1:  # DiLoCo: local inner steps, the exchange at outer steps
         ddp = nn.parallel.DistributedDataParallel(model)
         state = DiLoCo(ddp, optimizer, cfg.local_steps, outer_lr=cfg.outer_lr,
-                       outer_momentum=cfg.outer_momentum, options=cfg.hook_options)  # fmt: skip
+                       outer_momentum=cfg.outer_momentum, overlap=cfg.outer_overlap,
+                       max_comm_share=cfg.max_comm_share, auto_choices=_local_step_choices(cfg),
+                       options=cfg.hook_options)  # fmt: skip
     elif cfg.baseline is None:  # (frozen-adamw: the hook exchanges its momentum after warm-up)
         ddp = nn.parallel.DistributedDataParallel(model)
         momentum = optimizer if isinstance(optimizer, MomentumSource) else None
@@ -137,6 +139,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
     accuracy = math.nan
     skipped_in_a_row = 0
     done = start
+    noted_auto = False
     for step in range(start, end):
         record = None
         clock.start()
@@ -153,6 +156,11 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
             optimizer.step()
             if isinstance(state, DiLoCo):
                 state.step()  # every local_steps-th: the outer step
+                if step + 1 == cfg.steps:
+                    state.finish()  # overlap: the last outer update lands before the last eval
+                if state.auto is not None and not noted_auto:
+                    noted_auto = True
+                    progress.note(_auto_words(state.auto))
             skipped_in_a_row = 0
         else:
             skipped_in_a_row += 1
@@ -171,11 +179,13 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
         done = step + 1
         if (
             cfg.check_replicas_every
-            and done % cfg.check_replicas_every == 0 == done % cfg.local_steps
+            and done % cfg.check_replicas_every == 0
+            and (not isinstance(state, DiLoCo) or state.in_sync)
         ):
             check_replicas(model, step=done)
         if done % cfg.eval_every == 0 or done == cfg.steps:
-            test_loss, accuracy = evaluate(model, data, rank, world)
+            with state.consensus() if isinstance(state, DiLoCo) else contextlib.nullcontext():
+                test_loss, accuracy = evaluate(model, data, rank, world)  # (overlap: the anchor)
             record = {
                 "step": done,
                 "loss": test_loss,
@@ -203,6 +213,8 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
         if reached:  # right after the evaluation that reached it, the same on every rank
             break
     progress.close()
+    if isinstance(state, DiLoCo):
+        state.finish()  # (stopped at the target: the exchange in flight lands before the end)
     if end <= start:  # nothing left to train: evaluate what the checkpoint holds
         _, accuracy = evaluate(model, data, rank, world)
         began = time.perf_counter() - elapsed  # (that evaluation is not the run's time)
@@ -213,6 +225,23 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
     seconds = time.perf_counter() - began
     with _writing(out, outputs.SUMMARY, done):
         return outputs.write_summary(cfg, stats, accuracy, seconds, clock.train_seconds, wire, done)
+
+
+def _local_step_choices(cfg: TrainConfig) -> list[int] | None:
+    """``--local-steps auto``: the values of ``H`` that divide the steps, the evaluation and
+    the checkpoint periods (the replicas are one model only after an outer step)."""
+    if cfg.local_steps != "auto":
+        return None
+    period = math.gcd(cfg.steps, cfg.eval_every, cfg.checkpoint_every or cfg.eval_every)
+    return [h for h in range(1, period + 1) if period % h == 0]
+
+
+def _auto_words(auto: dict[str, float]) -> str:
+    return (
+        f"local steps auto: H = {auto['local_steps']} (an inner step "
+        f"{auto['inner_step_seconds']:.3g} s, an outer exchange {auto['exchange_seconds']:.3g} s, "
+        f"at most {auto['max_comm_share']:g} of the time)"
+    )
 
 
 def _reached(cfg: TrainConfig, out: Path, start: int, world: int) -> bool:

@@ -113,6 +113,8 @@ def write_summary(
         "train_seconds": train_seconds,
         "config": cfg.to_dict(),
     }
+    if getattr(stats, "local_steps", None) is not None:  # local steps: H (auto: as chosen)
+        summary["local_steps"] = stats.local_steps
     if metrics and "bits_per_char" in metrics[-1]:
         summary["bits_per_char"] = metrics[-1]["bits_per_char"]
         summary["best_bits_per_char"] = min(m["bits_per_char"] for m in metrics)

@@ -25,15 +25,18 @@ from typing import Any
 @dataclass(frozen=True)
 class Range:
     """The numbers a setting accepts: of ``kind`` (``int``: no bools, no floats; ``float``:
-    any finite int or float) for which ``test`` holds, described by ``words``."""
+    any finite int or float; another: a parser of the command line's text, whose values
+    ``test`` alone judges) for which ``test`` holds, described by ``words``."""
 
-    kind: type
+    kind: Callable[[str], Any]
     test: Callable[[Any], bool]
     words: str
 
     def accepts(self, value: Any) -> bool:
         if isinstance(value, bool):
             return False
+        if self.kind not in (int, float):  # a kind of its own: ``test`` says it all
+            return self.test(value)
         if self.kind is int:
             return isinstance(value, int) and self.test(value)
         return isinstance(value, int | float) and math.isfinite(value) and self.test(value)
@@ -45,6 +48,19 @@ INT64 = Range(int, lambda v: -(2**63) <= v < 2**63, "an integer from -2**63 to 2
 POSITIVE = Range(float, lambda v: v > 0, "a positive finite number")
 NON_NEGATIVE = Range(float, lambda v: v >= 0, "a finite number >= 0")
 FRACTION = Range(float, lambda v: 0 <= v < 1, "a number from 0 up to (not including) 1")
+SHARE = Range(float, lambda v: 0 < v < 1, "a share in (0, 1)")
+
+
+def int_or_auto(text: str) -> int | str:
+    """The command line's ``auto`` or an integer."""
+    return text if text == "auto" else int(text)
+
+
+POSITIVE_INT_OR_AUTO = Range(
+    int_or_auto,
+    lambda v: v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+    "a positive integer or auto",
+)
 
 
 @dataclass(frozen=True)

@@ -30,12 +30,16 @@ def train(rank: int, world: int, steps: int, local_steps: int, settings: dict,
           ddp: bool = False, save_at: int | None = None, saved: list | None = None,
           nan_at: int | None = None) -> dict:  # fmt: skip
     """``steps`` inner steps (from ``saved[rank]`` if given); per step whether it was an outer
-    step and this rank's parameters after it; the stats; at ``save_at`` the states."""
+    step, this rank's parameters after it and the bytes sent so far; the stats; at ``save_at``
+    the states; with overlap, the parameters after :meth:`DiLoCo.finish` (``final``)."""
     net = model()
     inner = torch.optim.AdamW(net.parameters(), lr=1e-2)
     wrapped = nn.parallel.DistributedDataParallel(net) if ddp else net
     outer = DiLoCo(wrapped, inner, local_steps, **settings)
-    start, out = 0, {"outer": [], "params": [], "saved": None, "before_outer": []}
+    start, out = (
+        0,
+        {"outer": [], "params": [], "saved": None, "before_outer": [], "bytes": [], "anchors": []},
+    )
     if saved is not None:
         start = saved[rank]["step"]
         net.load_state_dict(saved[rank]["model"])
@@ -53,12 +57,20 @@ def train(rank: int, world: int, steps: int, local_steps: int, settings: dict,
         if nan_at == step and rank == world - 1:
             with torch.no_grad():
                 next(net.parameters())[0, 0] = float("nan")
-        if (step + 1) % local_steps == 0:
+        h = outer.local_steps
+        if isinstance(h, int) and (step + 1) % h == 0:
             out["before_outer"].append(_params(net))
         out["outer"].append(outer.step())
+        if out["outer"][-1]:
+            out["anchors"].append([a.detach().clone() for a in outer.anchor])
         out["params"].append(_params(net))
+        out["bytes"].append(outer.stats.bytes_sent)
     out["anchor"] = [a.detach().clone() for a in outer.anchor]
     out["stats"] = outer.stats
+    out["local_steps"], out["auto"] = outer.local_steps, outer.auto
+    outer.finish()
+    out["final"] = _params(net)
+    out["final_stats"] = outer.stats
     return out
 
 
@@ -69,7 +81,7 @@ def refusals(rank: int, world: int) -> list[str]:
     inner = torch.optim.AdamW(net.parameters())
     for make in (
         lambda: DiLoCo(net, inner, 0),
-        lambda: DiLoCo(net, inner, "auto"),
+        lambda: DiLoCo(net, inner, "automatic"),
         lambda: DiLoCo(net, inner, 2.5),
         lambda: DiLoCo(net, torch.optim.AdamW(list(net.parameters())[:2]), 4),
         lambda: DiLoCo(net, torch.optim.AdamW([*net.parameters(), nn.Parameter(torch.ones(2))]), 4),
@@ -77,6 +89,10 @@ def refusals(rank: int, world: int) -> list[str]:
         lambda: DiLoCo(net, inner, 4, outer_momentum=1.5),
         lambda: DiLoCo(net, inner, 4, quantizer="nope"),
         lambda: DiLoCo(net, inner, 4 + rank),  # the ranks disagree
+        lambda: DiLoCo(net, inner, 4, overlap="yes"),
+        lambda: DiLoCo(net, inner, "auto", max_comm_share=1.5),
+        lambda: DiLoCo(net, inner, "auto", auto_choices=[4, 0]),
+        lambda: DiLoCo(net, inner, 4, overlap=rank == 0),  # the ranks disagree
     ):
         try:
             make()

@@ -102,7 +102,7 @@ def test_bad_input_is_one_line():
     for lines in said:
         assert all("\n" not in s and s != "accepted" for s in lines), lines
         assert lines[0].startswith("local_steps must be an integer of at least 1")
-        assert "'auto'" in lines[1] and "2.5" in lines[2]
+        assert "'automatic'" in lines[1] and "2.5" in lines[2]
         assert "4 of the model's are not in it, 0 of its" in lines[3]
         assert "0 of the model's are not in it, 1 of its are not the model's" in lines[4]
         assert lines[5].startswith("outer_lr must be a positive finite number")
@@ -110,4 +110,97 @@ def test_bad_input_is_one_line():
         assert "unknown quantizer 'nope'" in lines[7]
         assert "the ranks made DiLoCo with different settings" in lines[8]
         assert "local_steps=5 instead of 4" in lines[8] or "local_steps" in lines[8]
-        assert "already has a communication hook" in lines[9]
+        assert lines[9] == "overlap must be True or False, got 'yes'"
+        assert lines[10].startswith("max_comm_share must be a share of the time in (0, 1)")
+        assert lines[11].startswith("auto_choices must be a non-empty list of positive integ")
+        assert "overlap=True instead of False" in lines[12] or "overlap" in lines[12]
+        assert "the ranks made DiLoCo with different settings" in lines[12]
+        assert "already has a communication hook" in lines[13]
+
+
+# --- overlap: the outer exchange behind the next inner steps, its update one outer step late
+
+
+def test_overlap_applies_each_averaged_update_one_outer_step_late():
+    """fp32 outer gradients, overlap: at outer step k the anchor moves along the mean of the
+    ranks' Δ_{k-1} (nothing at the first); each replica restarts from the anchor moved by its
+    own Δ_k, and its next Δ is taken from there; ``finish()`` lands the last update and every
+    replica is the anchor. Written out here."""
+    world = 2
+    ranks = run(w.train, world, 3 * H, H, {"quantizer": "fp32", "topology": "allgather",
+                                           "overlap": True})  # fmt: skip
+    n = len(list(w.model().parameters()))
+    anchor = [p.detach().clone() for p in w.model().parameters()]
+    momentum = [torch.zeros_like(a) for a in anchor]
+    starts = [[a.clone() for a in anchor] for _ in range(world)]
+    in_flight = None
+
+    def outer_update(deltas):
+        for i, a in enumerate(anchor):
+            mean = sum(d[i] for d in deltas) / world
+            momentum[i] = 0.9 * momentum[i] + mean
+            a -= 0.7 * (mean + 0.9 * momentum[i])
+
+    def close(xs, ys):
+        return all(torch.allclose(x, y, rtol=1e-5, atol=1e-6) for x, y in zip(xs, ys, strict=True))
+
+    for k in range(3):
+        deltas = [[s - loc for s, loc in zip(starts[r], ranks[r]["before_outer"][k][:n],
+                                              strict=True)] for r in range(world)]  # fmt: skip
+        if in_flight is not None:
+            outer_update(in_flight)
+        in_flight = deltas
+        for r in range(world):
+            assert close(ranks[r]["anchors"][k], anchor), k
+            starts[r] = [a - d for a, d in zip(anchor, deltas[r], strict=True)]
+            assert close(ranks[r]["params"][(k + 1) * H - 1][:n], starts[r]), (k, r)
+    outer_update(in_flight)
+    for r in ranks:
+        assert close(r["final"][:n], anchor)
+        assert r["final_stats"].outer_steps == 3 and r["stats"].skipped_outer_steps == 0
+    assert not close(ranks[0]["params"][-1][:n], ranks[1]["params"][-1][:n])  # own Δ each
+    assert all(torch.equal(a, b) for a, b in zip(ranks[0]["final"], ranks[1]["final"],
+                                                 strict=True))  # fmt: skip
+
+
+@pytest.mark.parametrize("save_at", [H, H + 2])
+def test_overlap_resumes_bitwise_with_an_exchange_in_flight(save_at):
+    """Saved just after an outer step (its exchange in flight: sent again on load) and
+    between two: the resumed run ends bitwise as the straight one, replicas equal."""
+    settings = {"overlap": True}
+    straight = run(w.train, 2, STEPS, H, settings, False, save_at)
+    resumed = run(w.train, 2, STEPS, H, settings, False, None, [r["saved"] for r in straight])
+    for a, b in zip(straight, resumed, strict=True):
+        for x, y in zip(a["final"], b["final"], strict=True):
+            assert torch.equal(x, y)
+        assert a["final_stats"] == b["final_stats"]
+    for x, y in zip(straight[0]["final"], straight[1]["final"], strict=True):
+        assert torch.equal(x, y)
+
+
+# --- local_steps="auto": H from the measured step and exchange
+
+
+def test_auto_chooses_one_h_on_every_rank_and_counts_no_probe_bytes():
+    ranks = run(w.train, 2, 16, "auto", {"auto_choices": [2, 4, 8]})
+    h = ranks[0]["local_steps"]
+    assert h in (2, 4, 8) and all(r["local_steps"] == h for r in ranks)
+    for r in ranks:
+        auto = r["auto"]
+        assert auto["local_steps"] == h and auto["max_comm_share"] == 0.1
+        assert auto["inner_step_seconds"] > 0 and auto["exchange_seconds"] > 0
+        first = 4 if 4 % h == 0 else 8  # decided at the 4th inner step
+        assert r["outer"] == [s + 1 >= first and (s + 1) % h == 0 for s in range(16)]
+        assert r["bytes"][first - 2] == 0 < r["bytes"][first - 1]  # the probe left no count
+    assert ranks[0]["auto"] == ranks[1]["auto"]
+
+
+def test_auto_takes_the_smallest_h_that_keeps_the_exchange_under_its_share():
+    from terngrad.diloco import choose_local_steps
+
+    # exchange / (H step + exchange) <= share  <=>  H >= exchange (1 - share) / (share step)
+    assert choose_local_steps(0.05, 0.5, 0.1, range(1, 501)) == 90
+    assert choose_local_steps(0.05, 0.5, 0.5, range(1, 501)) == 10
+    assert choose_local_steps(0.05, 0.5, 0.1, [5, 25, 125]) == 125
+    assert choose_local_steps(0.05, 50.0, 0.1, [5, 25]) == 25  # none fits: the largest
+    assert choose_local_steps(1.0, 0.01, 0.1, [1, 5]) == 1

@@ -67,16 +67,18 @@ def counted_steps(rank: int, world: int, names: list[str], steps: int) -> dict:
     for name in names:
         m, model = methods.get(name), lenet()
         counts = []
-        if m.local_steps > 1:  # DiLoCo: the outer step's exchange every local_steps steps
+        if m.local_steps != 1:  # DiLoCo: the outer step's exchange every local_steps steps
             ddp = nn.parallel.DistributedDataParallel(model)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-            outer = DiLoCo(ddp, optimizer, m.local_steps, options=m.options())
+            outer = DiLoCo(ddp, optimizer, m.local_steps, overlap=m.outer_overlap,
+                           options=m.options())  # fmt: skip
             last = (0, 0, 0)
             for _ in range(2 * m.local_steps):
                 optimizer.zero_grad()
                 nn.functional.cross_entropy(ddp(x), y).backward()
                 optimizer.step()
-                outer.step()
+                if outer.step():
+                    outer.finish()  # overlap: its exchange landed, counted at its outer step
                 s = outer.stats
                 now = (s.bytes_sent, s.bytes_received, s.messages_sent)
                 counts.append(tuple(a - b for a, b in zip(now, last, strict=True)))
