@@ -3,7 +3,9 @@
     torchrun --standalone --nproc-per-node 2 examples/hf_trainer_terngrad.py
 
 A tiny GPT-2 made from a config (nothing downloaded) learns an in-memory toy language on CPU,
-2 gloo ranks, 2 micro-batches per optimizer step. Rank 0 prints the Trainer's logs (terngrad's
+2 gloo ranks, 2 micro-batches per optimizer step (``--local-steps 4``: the Trainer's AdamW
+steps each replica on its own, and every 4th step the replicas average what they moved through
+the ternary exchange). Rank 0 prints the Trainer's logs (terngrad's
 bytes among them), the bytes per step against DDP's fp32 all-reduce, and then a JSON line
 that says whether every rank ends with the same parameters.
 """
@@ -22,6 +24,10 @@ from terngrad.integrations.transformers import TernGradCallback
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=20, help="optimizer steps")
 parser.add_argument("--accumulate", type=int, default=2, help="micro-batches per step")
+parser.add_argument(
+    "--local-steps", type=int, default=1,
+    help="H > 1: local steps (DiLoCo), the ternary exchange once every H optimizer steps",
+)  # fmt: skip
 args = parser.parse_args()
 
 torch.set_num_threads(1)
@@ -44,7 +50,9 @@ training = TrainingArguments(
     gradient_accumulation_steps=args.accumulate, learning_rate=1e-3, logging_steps=5,
     save_strategy="no", report_to="none", disable_tqdm=True, seed=0,
 )  # fmt: skip
-terngrad_callback = TernGradCallback(quantizer="terngrad", topology="sharded")
+terngrad_callback = TernGradCallback(
+    quantizer="terngrad", topology="sharded", local_steps=args.local_steps
+)
 trainer = Trainer(model=model, args=training, train_dataset=data, callbacks=[terngrad_callback])
 trainer.train()
 

@@ -29,6 +29,10 @@ parser.add_argument(
     help="give the (state, hook) pair to DDPStrategy, as Lightning documents; the callback "
     "then registers that pair on CPU too",
 )  # fmt: skip
+parser.add_argument(
+    "--local-steps", type=int, default=1,
+    help="H > 1: local steps (DiLoCo), the ternary exchange once every H optimizer steps",
+)  # fmt: skip
 args = parser.parse_args()
 
 
@@ -58,7 +62,9 @@ if args.strategy_pair:
     terngrad_callback = TernGradCallback()  # takes the strategy's pair
 else:
     strategy = "ddp"
-    terngrad_callback = TernGradCallback(quantizer="terngrad", topology="sharded")
+    terngrad_callback = TernGradCallback(
+        quantizer="terngrad", topology="sharded", local_steps=args.local_steps
+    )
 trainer = L.Trainer(
     accelerator="cpu", devices=2, strategy=strategy, max_steps=args.steps,
     callbacks=[terngrad_callback],

@@ -68,7 +68,13 @@ from terngrad.comm.synchronizer import Synchronizer
 from terngrad.quantize import Quantizer
 from terngrad.util.settings import FRACTION, POSITIVE
 
-__all__ = ["AUTO_PROBE_STEPS", "DiLoCo", "DiLoCoStats", "choose_local_steps"]
+__all__ = [
+    "AUTO_PROBE_STEPS",
+    "DiLoCo",
+    "DiLoCoStats",
+    "check_outer_settings",
+    "choose_local_steps",
+]
 
 #: what a saved state is, and what it holds
 STATE_FORMAT = 2
@@ -97,6 +103,41 @@ def choose_local_steps(
     return min(fitting) if fitting else max(choices)
 
 
+def check_outer_settings(
+    local_steps: int | str = 16,
+    outer_lr: float = 0.7,
+    outer_momentum: float = 0.9,
+    nesterov: bool = True,
+    overlap: bool = False,
+    max_comm_share: float = 0.1,
+    auto_choices: Sequence[int] | None = None,
+) -> list[int]:
+    """``ValueError`` with one line for the first of :class:`DiLoCo`'s own settings out of
+    range (no collective: the framework callbacks check them when they are made); returns
+    the values ``local_steps="auto"`` may take."""
+    if local_steps != "auto" and (
+        isinstance(local_steps, bool) or not isinstance(local_steps, int) or local_steps < 1
+    ):
+        raise ValueError(
+            f"local_steps must be an integer of at least 1 (inner steps between outer "
+            f"steps) or 'auto', got {local_steps!r}"
+        )
+    for name, value, rule in (("outer_lr", outer_lr, POSITIVE),
+                              ("outer_momentum", outer_momentum, FRACTION)):  # fmt: skip
+        if not rule.accepts(value):
+            raise ValueError(f"{name} must be {rule.words}, got {value!r}")
+    for name, value in (("nesterov", nesterov), ("overlap", overlap)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be True or False, got {value!r}")
+    if nesterov and outer_momentum == 0:
+        raise ValueError("nesterov needs outer_momentum > 0 (DiLoCo's is 0.9)")
+    if not (POSITIVE.accepts(max_comm_share) and max_comm_share < 1):
+        raise ValueError(
+            f"max_comm_share must be a share of the time in (0, 1), got {max_comm_share!r}"
+        )
+    return _auto_choices(auto_choices)
+
+
 @dataclass(frozen=True)
 class DiLoCoStats:
     """What one rank's local steps did: inner and outer steps, outer steps skipped for a
@@ -116,6 +157,11 @@ class DiLoCoStats:
     def bytes_sent_per_step(self) -> float:
         """Bytes sent per inner step: comparable to the DDP hook's per step."""
         return self.bytes_sent / self.inner_steps if self.inner_steps else 0.0
+
+    @property
+    def steps(self) -> int:
+        """The inner steps (as the hook's ``Stats.steps``: the steps the bytes are spread on)."""
+        return self.inner_steps
 
     @property
     def skipped_steps(self) -> int:
@@ -159,27 +205,8 @@ class DiLoCo:
         **settings: Any,
     ) -> None:
         module = _plain_module(model)
-        if local_steps != "auto" and (
-            isinstance(local_steps, bool) or not isinstance(local_steps, int) or local_steps < 1
-        ):
-            raise ValueError(
-                f"local_steps must be an integer of at least 1 (inner steps between outer "
-                f"steps) or 'auto', got {local_steps!r}"
-            )
-        for name, value, rule in (("outer_lr", outer_lr, POSITIVE), ("outer_momentum",
-                                  outer_momentum, FRACTION)):  # fmt: skip
-            if not rule.accepts(value):
-                raise ValueError(f"{name} must be {rule.words}, got {value!r}")
-        for name, value in (("nesterov", nesterov), ("overlap", overlap)):
-            if not isinstance(value, bool):
-                raise ValueError(f"{name} must be True or False, got {value!r}")
-        if nesterov and outer_momentum == 0:
-            raise ValueError("nesterov needs outer_momentum > 0 (DiLoCo's is 0.9)")
-        if not (POSITIVE.accepts(max_comm_share) and max_comm_share < 1):
-            raise ValueError(
-                f"max_comm_share must be a share of the time in (0, 1), got {max_comm_share!r}"
-            )
-        choices = _auto_choices(auto_choices)
+        choices = check_outer_settings(local_steps, outer_lr, outer_momentum, nesterov, overlap,
+                                       max_comm_share, auto_choices)  # fmt: skip
         _check_owner(module, inner_optimizer)
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError(

@@ -12,6 +12,13 @@ gradients of a skipped step instead (``on_before_optimizer_step``: parameters wi
 gradient are left alone by every torch optimizer: no update, no momentum, no weight decay).
 A strategy that does not train through torch's DDP (FSDP, DeepSpeed) takes no communication
 hook: the callback fails at once rather than let it train without terngrad.
+
+Local steps (``TernGradCallback(local_steps=16, outer_lr=0.7, outer_momentum=0.9)``, or
+``"auto"``, ``overlap=True``): at ``on_fit_start`` a :class:`terngrad.diloco.DiLoCo` is made on
+the strategy's DDP model and the LightningModule's optimizer (the inner one, untouched), DDP's
+per-step all-reduce becomes a no-op, and ``on_train_batch_end`` counts an inner step each time
+``trainer.global_step`` advances (after accumulation), every ``H``-th the outer step;
+``on_train_end`` lands an update still in flight.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from torch import nn
 from terngrad.comm.hook import State, check_registrable, hook
 from terngrad.comm.methods import hook_options
 from terngrad.comm.options import Options
+from terngrad.diloco import DiLoCo, check_outer_settings
 from terngrad.integrations.common import drop_gradients, loss_scaling_refused, warn_one_process
 
 try:  # the unified package, or the standalone one
@@ -37,17 +45,37 @@ class TernGradCallback(Callback):
     Give the hook's settings (``quantizer``, ``topology``, any :class:`~terngrad.ddp.Options`
     field or quantizer option), or a ready ``state``; with neither, the strategy's own
     ``ddp_comm_state`` is used if it is a terngrad State (else the default settings).
+    ``local_steps`` (an integer above 1 or ``"auto"``), ``outer_lr``, ``outer_momentum``,
+    ``overlap``, ``max_comm_share``: local steps, as :class:`terngrad.diloco.DiLoCo` (error
+    feedback on by default there).
     """
 
     def __init__(self, quantizer: str = "terngrad", topology: str = "sharded", *,
-                 state: State | None = None, **settings: Any) -> None:  # fmt: skip
+                 state: State | None = None, local_steps: int | str = 1, outer_lr: float = 0.7,
+                 outer_momentum: float = 0.9, overlap: bool = False,
+                 max_comm_share: float = 0.1, **settings: Any) -> None:  # fmt: skip
         super().__init__()
+        local = dict(local_steps=local_steps, outer_lr=outer_lr, outer_momentum=outer_momentum,
+                     overlap=overlap, max_comm_share=max_comm_share)  # fmt: skip
+        check_outer_settings(**local)
+        #: DiLoCo's settings, when training with local steps (``local_steps`` other than 1)
+        self.local = local if local_steps != 1 else None
+        if self.local is None and overlap:
+            raise ValueError("overlap overlaps the outer exchange of local steps: give local_steps")
+        if self.local is not None and state is not None:
+            raise ValueError("local steps make their own exchange: give no state=... with them")
+        if self.local is not None:
+            settings.setdefault("error_feedback", True)
         defaults = not settings and (quantizer, topology) == ("terngrad", "sharded")
         if state is not None and not defaults:
             raise ValueError("give TernGradCallback either state=... or the settings, not both")
+        if self.local is not None:
+            defaults = False  # (its error feedback on unless given)
         self._options = None if defaults else hook_options(quantizer, topology, **settings)
-        #: the hook's state (bytes in ``state.stats``); made when fitting starts unless given
-        self.state = state
+        #: the hook's state (bytes in ``state.stats``), or the DiLoCo with local steps; made
+        #: when fitting starts unless given
+        self.state: State | DiLoCo | None = state
+        self._global_step = 0
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         strategy = trainer.strategy
@@ -60,7 +88,7 @@ class TernGradCallback(Callback):
                     "callback was given settings too: give them in one place only"
                 )
             self.state = own
-        if self.state is None:
+        if self.state is None and self.local is None:
             self.state = State(options=self._options or Options())
         if getattr(trainer.precision_plugin, "scaler", None) is not None:
             raise loss_scaling_refused("precision='16-mixed'", "precision='bf16-mixed' or 32")
@@ -73,6 +101,17 @@ class TernGradCallback(Callback):
                 "torch's DistributedDataParallel, so it takes no communication hook and would "
                 "train without terngrad: use strategy='ddp' (or DDPStrategy(...))"
             )
+        if self.local is not None:
+            if model._comm_hooks:
+                raise ValueError(
+                    "terngrad: local steps replace DDP's all-reduce with their own, and the "
+                    "strategy was given a ddp_comm_hook: give the strategy no hook"
+                )
+            optimizer = trainer.optimizers[0]
+            optimizer = getattr(optimizer, "_optimizer", optimizer)  # a LightningOptimizer
+            self.state = DiLoCo(model, optimizer, options=self._options, **self.local)
+            self._global_step = trainer.global_step
+            return
         if any(s is self.state for _, s in model._comm_hooks):
             self.state.bind(model)  # the strategy registered this pair (CUDA): keep it
             return
@@ -85,6 +124,18 @@ class TernGradCallback(Callback):
         self.state.bind(model)
         self.state.build()
         model.register_comm_hook(self.state, hook)
+
+    def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+        """Local steps: an inner step done when the optimizer stepped (``global_step`` moved:
+        not on an accumulation micro-batch); every ``H``-th, the outer step."""
+        if isinstance(self.state, DiLoCo) and trainer.global_step != self._global_step:
+            self._global_step = trainer.global_step
+            self.state.step()
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        """Local steps with overlap: the outer update in flight lands."""
+        if isinstance(self.state, DiLoCo):
+            self.state.finish()
 
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
         if self.state is not None and self.state.last_step_skipped:  # zeroed everywhere: no-op

@@ -20,6 +20,14 @@ registers the hook on ``trainer.model_wrapped`` through
   ``report_to`` integration (the callback moves itself to the front of the Trainer's
   callbacks, so that the reporters see what it adds).
 
+Local steps (``TernGradCallback(local_steps=16, outer_lr=0.7, outer_momentum=0.9)``, or
+``"auto"``, ``overlap=True``): at ``on_train_begin`` a :class:`terngrad.diloco.DiLoCo` is made
+on the Trainer's DDP model and its optimizer (the inner one: the Trainer's AdamW with its
+clipping and schedule, untouched), DDP's per-step all-reduce becomes a no-op, and
+``on_step_end`` (once per optimizer step, after accumulation) counts the inner step, every
+``H``-th the outer step; ``on_train_end`` lands an update still in flight. Evaluate at multiples
+of ``H`` (``eval_steps``): between outer steps each rank holds its own replica.
+
 Loud, not silent: DeepSpeed, FSDP and loss scaling (``fp16=True``) are refused when the Trainer
 is made (``on_init_end``; at ``on_train_begin`` for a callback added later), as is a run of
 several processes whose model the Trainer did not wrap in torch's DDP; one process warns and
@@ -37,6 +45,7 @@ from transformers import Trainer, TrainerCallback
 from terngrad.comm.hook import State
 from terngrad.comm.methods import hook_options
 from terngrad.comm.traffic import ring_bytes
+from terngrad.diloco import DiLoCo, check_outer_settings
 from terngrad.integrations import accelerate
 from terngrad.integrations.common import drop_gradients, loss_scaling_refused, warn_one_process
 
@@ -48,16 +57,31 @@ class TernGradCallback(TrainerCallback):
     ``Trainer(..., callbacks=[TernGradCallback()])``.
 
     ``quantizer``, ``topology`` and any other setting as for :func:`terngrad.ddp.register`
-    (an :class:`~terngrad.ddp.Options` field or a quantizer option); they are checked here,
-    before any process group or collective. :attr:`state` is the hook's state once training
-    has started (``state.stats`` for the bytes).
+    (an :class:`~terngrad.ddp.Options` field or a quantizer option); ``local_steps`` (an
+    integer above 1 or ``"auto"``), ``outer_lr``, ``outer_momentum``, ``overlap``,
+    ``max_comm_share``: local steps, as :class:`terngrad.diloco.DiLoCo` (error feedback on by
+    default there). They are checked here, before any process group or collective.
+    :attr:`state` is the hook's state, or the DiLoCo, once training has started
+    (``state.stats`` for the bytes).
     """
 
-    def __init__(self, quantizer: str = "terngrad", topology: str = "sharded",
+    def __init__(self, quantizer: str = "terngrad", topology: str = "sharded", *,
+                 local_steps: int | str = 1, outer_lr: float = 0.7, outer_momentum: float = 0.9,
+                 overlap: bool = False, max_comm_share: float = 0.1,
                  **settings: Any) -> None:  # fmt: skip
+        local = dict(local_steps=local_steps, outer_lr=outer_lr, outer_momentum=outer_momentum,
+                     overlap=overlap, max_comm_share=max_comm_share)  # fmt: skip
+        check_outer_settings(**local)
+        #: DiLoCo's settings, when training with local steps (``local_steps`` other than 1)
+        self.local = local if local_steps != 1 else None
+        if self.local is not None:
+            settings.setdefault("error_feedback", True)
+        elif overlap:
+            raise ValueError("overlap overlaps the outer exchange of local steps: give local_steps")
         self.options = hook_options(quantizer, topology, **settings)
-        #: the hook's state, made when training starts (``None`` before, or in one process)
-        self.state: State | None = None
+        #: the hook's state (or the DiLoCo), made when training starts (``None`` before, or in
+        #: one process)
+        self.state: State | DiLoCo | None = None
         self._fp32_bytes = 0
 
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -75,7 +99,9 @@ class TernGradCallback(TrainerCallback):
         wrapped = trainer.model_wrapped
         ddp = getattr(wrapped, "_orig_mod", wrapped)  # torch.compile's wrapper around DDP
         hooks = getattr(ddp, "_comm_hooks", ())  # DDP's (hook, state) pairs
-        if self.state is not None and any(s is self.state for _, s in hooks):
+        if self.state is not None and (
+            any(s is self.state for _, s in hooks) or isinstance(self.state, DiLoCo)
+        ):
             return  # a later train() on the same DDP model: the hook is on already
         world = trainer.accelerator.num_processes
         if world == 1:
@@ -89,7 +115,11 @@ class TernGradCallback(TrainerCallback):
                 "put terngrad on: train without tp_plan/parallelism_config/DataParallel, one "
                 "process per device (torchrun or accelerate launch)"
             )
-        self.state = accelerate.register(trainer.accelerator, wrapped, options=self.options)
+        if self.local is not None:
+            optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # accelerate's
+            self.state = DiLoCo(ddp, optimizer, options=self.options, **self.local)
+        else:
+            self.state = accelerate.register(trainer.accelerator, wrapped, options=self.options)
         numel = sum(p.numel() for p in ddp.module.parameters() if p.requires_grad)
         self._fp32_bytes = ring_bytes(4 * numel, world)
 
@@ -98,6 +128,17 @@ class TernGradCallback(TrainerCallback):
         """A step the hook skipped: drop its (zeroed) gradients, so the step changes nothing."""
         if self.state is not None and self.state.last_step_skipped:
             drop_gradients(optimizer)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Local steps: an inner step done (after the optimizer and the schedule); every
+        ``H``-th, the outer step."""
+        if isinstance(self.state, DiLoCo):
+            self.state.step()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Local steps with overlap: the outer update in flight lands."""
+        if isinstance(self.state, DiLoCo):
+            self.state.finish()
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
                **kwargs: Any) -> None:  # fmt: skip

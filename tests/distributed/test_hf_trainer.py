@@ -69,6 +69,15 @@ def test_bad_settings_are_refused_when_the_callback_is_made():
     with pytest.raises(ValueError) as exc:
         TernGradCallback(quantizer="ternary")
     assert "ternary" in _one_line(exc)
+    for bad, said in (
+        ({"local_steps": 0}, "local_steps must be an integer of at least 1"),
+        ({"local_steps": 8, "outer_lr": -1}, "outer_lr must be a positive finite number"),
+        ({"overlap": True}, "overlap overlaps the outer exchange of local steps"),
+        ({"local_steps": "auto", "max_comm_share": 2}, "max_comm_share must be a share"),
+    ):
+        with pytest.raises(ValueError) as exc:
+            TernGradCallback(**bad)
+        assert _one_line(exc).startswith(said)
 
 
 @pytest.mark.parametrize(

@@ -104,6 +104,19 @@ def test_hf_trainer_trains_with_the_hook_on_from_one_line():
     assert out["fp32_ring_bytes_per_step"] >= 10 * out["bytes_sent_per_step"]
 
 
+def test_the_trainer_and_lightning_callbacks_run_local_steps():
+    """``TernGradCallback(local_steps=4)``: one model after the last outer step, and per step
+    far fewer bytes than DDP's fp32 all-reduce (ternary's ~10x here, times H)."""
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    pytest.importorskip("lightning")
+    hf = torchrun("hf_trainer_terngrad.py", "--steps", "8", "--accumulate", "2",
+                  "--local-steps", "4")  # fmt: skip
+    pl = torchrun("lightning_terngrad.py", "--steps", "12", "--local-steps", "4")
+    for out, steps in ((hf, 8), (pl, 12)):
+        assert out["steps"] == steps and out["replicas_identical"]
+        assert out["fp32_ring_bytes_per_step"] >= 30 * out["bytes_sent_per_step"], out
+
+
 def test_diloco_example_sends_over_100x_fewer_bytes_than_fp32_ddp():
     """Local steps (H = 16) with ternary outer gradients on 2 ranks: one model after every outer
     step, and per inner step far fewer bytes than DDP's every-step fp32 all-reduce."""
@@ -144,6 +157,12 @@ def test_lightning_callback_refuses_a_strategy_without_ddp():
         TernGradCallback("qsgd").on_fit_start(_trainer(nn.Linear(2, 2), _ddp_comm_state=own), None)
     with pytest.raises(RuntimeError, match="GradScaler"):
         TernGradCallback().on_fit_start(_trainer(nn.Linear(2, 2), scaler=object()), None)
+    with pytest.raises(ValueError, match="local_steps must be an integer of at least 1"):
+        TernGradCallback(local_steps=2.5)
+    with pytest.raises(ValueError, match="give no state=... with them"):
+        TernGradCallback(local_steps=4, state=terngrad.ddp.State())
+    with pytest.raises(ValueError, match="overlap overlaps the outer exchange of local steps"):
+        TernGradCallback(overlap=True)
 
 
 def test_lightning_callback_drops_the_gradients_of_a_skipped_step():
