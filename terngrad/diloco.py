@@ -65,8 +65,14 @@ from torch import nn
 from terngrad.comm.agreement import differing_ranks
 from terngrad.comm.options import Options
 from terngrad.comm.synchronizer import Synchronizer
+from terngrad.local_steps import (
+    AUTO_PROBE_STEPS,
+    check_outer_settings,
+    choose_local_steps,
+    cloned,
+    time_exchange,
+)
 from terngrad.quantize import Quantizer
-from terngrad.util.settings import FRACTION, POSITIVE
 
 __all__ = [
     "AUTO_PROBE_STEPS",
@@ -80,62 +86,6 @@ __all__ = [
 STATE_FORMAT = 2
 _STATE_KEYS = ("local_steps", "inner_steps", "outer_steps", "skipped_outer_steps", "anchor",
                "outer_optimizer", "exchange", "inner_optimizer", "overlap", "pending")  # fmt: skip
-
-#: ``local_steps="auto"`` decides ``H`` at this inner step, from the seconds between the
-#: :meth:`DiLoCo.step` calls before it (the first step, with its warm-up, left out)
-AUTO_PROBE_STEPS = 4
-#: ``local_steps="auto"`` without ``auto_choices``: any ``H`` from 1 to this (DiLoCo's largest)
-AUTO_MAX_LOCAL_STEPS = 500
-
-
-def choose_local_steps(
-    step_seconds: float, exchange_seconds: float, max_comm_share: float, choices: Sequence[int]
-) -> int:
-    """The smallest ``H`` of ``choices`` whose outer exchange takes at most ``max_comm_share``
-    of the time: ``exchange / (H · step + exchange) ≤ share``, i.e.
-    ``H ≥ exchange · (1 − share) / (share · step)``; the largest choice if none does.
-
-    >>> choose_local_steps(0.05, 0.5, 0.1, range(1, 501))  # 0.5 s a step's 10x: H = 90
-    90
-    """
-    need = exchange_seconds * (1 - max_comm_share) / (max_comm_share * step_seconds)
-    fitting = [h for h in choices if h >= need * (1 - 1e-9)]
-    return min(fitting) if fitting else max(choices)
-
-
-def check_outer_settings(
-    local_steps: int | str = 16,
-    outer_lr: float = 0.7,
-    outer_momentum: float = 0.9,
-    nesterov: bool = True,
-    overlap: bool = False,
-    max_comm_share: float = 0.1,
-    auto_choices: Sequence[int] | None = None,
-) -> list[int]:
-    """``ValueError`` with one line for the first of :class:`DiLoCo`'s own settings out of
-    range (no collective: the framework callbacks check them when they are made); returns
-    the values ``local_steps="auto"`` may take."""
-    if local_steps != "auto" and (
-        isinstance(local_steps, bool) or not isinstance(local_steps, int) or local_steps < 1
-    ):
-        raise ValueError(
-            f"local_steps must be an integer of at least 1 (inner steps between outer "
-            f"steps) or 'auto', got {local_steps!r}"
-        )
-    for name, value, rule in (("outer_lr", outer_lr, POSITIVE),
-                              ("outer_momentum", outer_momentum, FRACTION)):  # fmt: skip
-        if not rule.accepts(value):
-            raise ValueError(f"{name} must be {rule.words}, got {value!r}")
-    for name, value in (("nesterov", nesterov), ("overlap", overlap)):
-        if not isinstance(value, bool):
-            raise ValueError(f"{name} must be True or False, got {value!r}")
-    if nesterov and outer_momentum == 0:
-        raise ValueError("nesterov needs outer_momentum > 0 (DiLoCo's is 0.9)")
-    if not (POSITIVE.accepts(max_comm_share) and max_comm_share < 1):
-        raise ValueError(
-            f"max_comm_share must be a share of the time in (0, 1), got {max_comm_share!r}"
-        )
-    return _auto_choices(auto_choices)
 
 
 @dataclass(frozen=True)
@@ -250,7 +200,7 @@ class DiLoCo:
         #: exchange, agreed over the ranks) and chose
         self.auto: dict[str, float] | None = None
         self._step_times: list[float] = []
-        self._exchange_seconds = self._time_exchange() if local_steps == "auto" else math.nan
+        self._exchange_seconds = time_exchange(self.exchange) if local_steps == "auto" else math.nan
         # overlap: the exchange in flight, its inputs and the exchange's state before it
         self._executor = ThreadPoolExecutor(1, "terngrad-diloco") if overlap else None
         self._pending: Future[bool] | None = None
@@ -373,24 +323,10 @@ class DiLoCo:
         before it lands needs is kept: this rank's pseudo-gradient as ``sent`` and the
         exchange's state before it."""
         assert self._executor is not None
-        self._pending_exchange_state = _cloned(self.exchange.state_dict())
+        self._pending_exchange_state = cloned(self.exchange.state_dict())
         self._pending_sent = sent
         self._pending_deltas = deltas
         self._pending = self._executor.submit(_no_grad(self.exchange.average), deltas)
-
-    def _time_exchange(self) -> float:
-        """Seconds of one outer exchange on this link: two exchanges of zeros (the first
-        warms the kernels up), the second timed, the exchange's state (generator, residuals,
-        counters) put back after them."""
-        state = _cloned(self.exchange.state_dict())
-        seconds = math.inf
-        for _ in range(2):
-            zeros = [torch.zeros_like(p) for p in self.params]
-            began = time.perf_counter()
-            self.exchange.average(zeros)
-            seconds = time.perf_counter() - began
-        self.exchange.load_state_dict(state)
-        return seconds
 
     def _decide_local_steps(self) -> None:
         """``local_steps="auto"``: ``H`` from the inner steps timed so far and the probe
@@ -503,17 +439,6 @@ class DiLoCo:
             self._launch([d.clone() for d in sent], sent)
 
 
-def _cloned(state: Any) -> Any:
-    """``state`` with every tensor cloned (a snapshot that later steps do not change)."""
-    if isinstance(state, torch.Tensor):
-        return state.clone()
-    if isinstance(state, dict):
-        return {k: _cloned(v) for k, v in state.items()}
-    if isinstance(state, list | tuple):
-        return type(state)(_cloned(v) for v in state)
-    return state
-
-
 def _no_grad(fn: Any) -> Any:
     """``fn`` run under ``torch.no_grad()`` (grad mode is per thread)."""
 
@@ -522,18 +447,6 @@ def _no_grad(fn: Any) -> Any:
             return fn(*args)
 
     return run
-
-
-def _auto_choices(choices: Sequence[int] | None) -> list[int]:
-    """The values ``local_steps="auto"`` may take, sorted; one line for a bad list."""
-    if choices is None:
-        return list(range(1, AUTO_MAX_LOCAL_STEPS + 1))
-    values = list(choices) if isinstance(choices, Sequence | range) else None
-    if not values or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in values):
-        raise ValueError(
-            f"auto_choices must be a non-empty list of positive integers, got {choices!r}"
-        )
-    return sorted(set(values))
 
 
 def _local_gradients(_, bucket):  # DDP checks real annotations; these would be strings

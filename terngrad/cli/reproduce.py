@@ -95,7 +95,7 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="gpt (d = 256, 3.3M parameters) or gpt-small (d = 128, 0.8M) (gpt)",
     )
     e.add_argument("--seeds", type=positive_int, default=1, help="seeds of every method (1)")
-    add_methods(e, tf.DEFAULT_METHODS)
+    add_methods(e, tf.DEFAULT_METHODS, (*tf.DEFAULT_METHODS, *tf.LOCAL_METHODS))
     add_settings(
         e, Options, only=("full_precision_steps",), groups=groups,
         defaults={"full_precision_steps": Described(

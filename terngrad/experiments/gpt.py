@@ -66,6 +66,9 @@ DEFAULT_METHODS = (
     "terngrad-b512-noclip-last-min0-ef-localvar100", "fp32-sharded-localvar100", "qsgd-5",
     "orq-5",
 )  # fmt: skip
+#: local steps (DiLoCo) with AdamW inside, ternary and fp32 outer gradients: not run by
+#: default, named with --methods (--eval-every a multiple of 25)
+LOCAL_METHODS = ("terngrad-ef-local25", "fp32-sharded-local25")
 
 
 #: the language models the comparison runs
@@ -105,7 +108,7 @@ class TransformerComparison(Comparison):
     title = "terngrad reproduce transformer"
 
     def plan(self) -> list[Run]:
-        chosen = methods.select(self.methods, DEFAULT_METHODS)
+        chosen = methods.select(self.methods, (*DEFAULT_METHODS, *LOCAL_METHODS))
         if self.seeds < 1:
             raise ValueError(f"seeds must be at least 1, got {self.seeds}")
         k = self.full_precision_steps

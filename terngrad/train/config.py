@@ -19,7 +19,7 @@ from typing import Any
 
 from terngrad.comm import Options
 from terngrad.comm.options import MAX_TIMEOUT
-from terngrad.diloco import AUTO_PROBE_STEPS
+from terngrad.local_steps import AUTO_PROBE_STEPS
 from terngrad.train import baselines, models, schedule
 from terngrad.train import data as datasets
 from terngrad.util.differences import differences
