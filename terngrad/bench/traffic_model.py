@@ -71,6 +71,8 @@ def transfers(
     m = get(method)
     if world < 1:
         raise ValueError(f"world must be at least 1, got {world}")
+    if m.local_steps == "auto":
+        raise ValueError(f"{m.name}: its H is chosen at run time, from the measured rates")
     buckets = prof.buckets(first_step=step == 1)
     if m.baseline == "fp32":
         return [_plain(b, world, 4) for b in buckets]
@@ -78,8 +80,6 @@ def transfers(
         return [_plain(b, world, 2, codec=True) for b in buckets]
     if m.baseline == "powersgd":
         return [_powersgd(prof.params, world, step)]
-    if m.local_steps == "auto":
-        raise ValueError(f"{m.name}: its H is chosen at run time, from the measured rates")
     if m.local_steps != 1:  # (overlap moves the same bytes, later)
         if step is not None and step % m.local_steps:
             return []  # an inner step: nothing crosses the network

@@ -156,8 +156,6 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
             optimizer.step()
             if isinstance(state, DiLoCo):
                 state.step()  # every local_steps-th: the outer step
-                if step + 1 == cfg.steps:
-                    state.finish()  # overlap: the last outer update lands before the last eval
                 if state.auto is not None and not noted_auto:
                     noted_auto = True
                     progress.note(_auto_words(state.auto))
@@ -213,8 +211,8 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
         if reached:  # right after the evaluation that reached it, the same on every rank
             break
     progress.close()
-    if isinstance(state, DiLoCo):
-        state.finish()  # (stopped at the target: the exchange in flight lands before the end)
+    if isinstance(state, DiLoCo):  # overlap: the exchange in flight lands before the end (the
+        state.finish()  # last checkpoint holds it in flight: an extended run resumes bitwise)
     if end <= start:  # nothing left to train: evaluate what the checkpoint holds
         _, accuracy = evaluate(model, data, rank, world)
         began = time.perf_counter() - elapsed  # (that evaluation is not the run's time)
@@ -292,6 +290,16 @@ class StepClock:
         return sum(counts) / len(counts) if counts else None
 
 
+def _weights(model: nn.Module, state: Any) -> dict[str, torch.Tensor]:
+    """What a checkpoint keeps of the model: its state dict, or with local steps and overlap
+    the anchor's (each replica then holds its own last window besides, which its DiLoCo state
+    restores from the anchor and its pseudo-gradient in flight)."""
+    if not isinstance(state, DiLoCo) or state.in_sync:
+        return model.state_dict()
+    with state.consensus():
+        return {k: v.clone() for k, v in model.state_dict().items()}
+
+
 def _hook_error(exc: RuntimeError) -> RuntimeError:
     """The terngrad error inside DDP's wrapping, as one line (else ``exc`` itself)."""
     message = str(exc)
@@ -315,7 +323,7 @@ def save_checkpoint(cfg, model, optimizer, schedule, state, step, seconds, clock
     if dist.get_rank() == 0:
         out = Path(cfg.out)
         contents = checkpoints.training_checkpoint(
-            cfg, step, seconds, clock.train_seconds, wire, model.state_dict(),
+            cfg, step, seconds, clock.train_seconds, wire, _weights(model, state),
             optimizer.state_dict(), schedule.state_dict(), hook_states, rng_states, evaluation,
         )  # fmt: skip
         with _writing(out, checkpoints.path_for(out, step).name, step):

@@ -193,14 +193,3 @@ def test_auto_chooses_one_h_on_every_rank_and_counts_no_probe_bytes():
         assert r["outer"] == [s + 1 >= first and (s + 1) % h == 0 for s in range(16)]
         assert r["bytes"][first - 2] == 0 < r["bytes"][first - 1]  # the probe left no count
     assert ranks[0]["auto"] == ranks[1]["auto"]
-
-
-def test_auto_takes_the_smallest_h_that_keeps_the_exchange_under_its_share():
-    from terngrad.diloco import choose_local_steps
-
-    # exchange / (H step + exchange) <= share  <=>  H >= exchange (1 - share) / (share step)
-    assert choose_local_steps(0.05, 0.5, 0.1, range(1, 501)) == 90
-    assert choose_local_steps(0.05, 0.5, 0.5, range(1, 501)) == 10
-    assert choose_local_steps(0.05, 0.5, 0.1, [5, 25, 125]) == 125
-    assert choose_local_steps(0.05, 50.0, 0.1, [5, 25]) == 25  # none fits: the largest
-    assert choose_local_steps(1.0, 0.01, 0.1, [1, 5]) == 1

@@ -32,6 +32,28 @@ def test_local_steps_train_resume_bitwise_and_send_far_fewer_bytes(tmp_path, cap
     capsys.readouterr()
 
 
+def test_overlap_resumes_bitwise_and_auto_chooses_and_keeps_h(tmp_path, capsys):
+    """--outer-overlap: a run stopped at an outer step (its exchange in flight: sent again on
+    resume) and extended ends bitwise as the straight one, every replica the anchor at the
+    end; --local-steps auto: H among the divisors of --eval-every 4, said in summary.json."""
+    overlap = [*LOCAL, "--outer-overlap"]
+    straight, parts, auto = tmp_path / "straight", tmp_path / "parts", tmp_path / "auto"
+    assert main([*ARGS, *overlap, "--steps", "6", "--out", str(straight)]) == 0
+    assert main([*ARGS, *overlap, "--steps", "4", "--out", str(parts)]) == 0
+    assert main([*ARGS, *overlap, "--steps", "6", "--out", str(parts)]) == 0
+    a = checkpoints.load(checkpoints.latest(straight))
+    b = checkpoints.load(checkpoints.latest(parts))
+    for name, value in a["model"].items():
+        assert torch.equal(value, b["model"][name]), name
+    assert a["hook_states"][0]["outer_steps"] == b["hook_states"][0]["outer_steps"] == 3
+    assert a["hook_states"][0]["pending"] is not None  # the last exchange kept in flight
+    argv = [*ARGS, "--optimizer", "adamw", "--lr", "1e-3", "--local-steps", "auto"]
+    assert main([*argv, "--eval-every", "4", "--steps", "8", "--out", str(auto)]) == 0
+    summary = json.loads((auto / "summary.json").read_text())
+    assert summary["local_steps"] in (1, 2, 4)
+    capsys.readouterr()
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [
@@ -40,6 +62,15 @@ def test_local_steps_train_resume_bitwise_and_send_far_fewer_bytes(tmp_path, cap
         (["--steps", "4", "--baseline", "fp16"], "not with fp16"),
         (["--steps", "4", "--optimizer", "local-adamw"], "not with local-adamw"),
         (["--steps", "4", "--local-steps", "0"], "--local-steps"),
+        (["--steps", "4", "--local-steps", "automatic"], "a positive integer or auto"),
+        (
+            ["--steps", "4", "--local-steps", "auto", "--eval-every", "2"],
+            "local-steps auto chooses H at inner step 4: eval-every must be at least 4, got 2",
+        ),
+        (
+            ["--steps", "4", "--local-steps", "1", "--outer-overlap"],
+            "outer-overlap overlaps the outer exchange of local steps: give --local-steps",
+        ),
     ],
 )
 def test_what_local_steps_cannot_go_with_is_one_line(tmp_path, capsys, extra, message):

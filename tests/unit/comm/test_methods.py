@@ -43,6 +43,10 @@ def test_every_name_is_the_spec_it_says_and_reads_back():
     diloco = t["terngrad-ef-local16"]  # local steps: DiLoCo with ternary outer gradients
     assert diloco.local_steps == 16 and diloco.exchange == Options(error_feedback=True)
     assert t["fp32-sharded-local16"].exchange == Options("fp32")
+    overlap = t["terngrad-ef-local16-overlap"]  # the outer exchange behind the inner steps
+    assert overlap.outer_overlap and overlap.local_steps == 16
+    auto = methods.get("terngrad-ef-localauto")  # H chosen at run time
+    assert auto.local_steps == "auto" and auto.name == "terngrad-ef-localauto"
 
 
 def test_a_new_method_is_one_name_and_defaults_are_left_out():
@@ -74,6 +78,9 @@ def test_a_new_method_is_one_name_and_defaults_are_left_out():
         ("terngrad-local4-localvar100", "no optimizer recipe, warm-up, fused buckets"),
         ("terngrad-fused-local4", "no optimizer recipe, warm-up, fused buckets"),
         ("terngrad-local1", "is written 'terngrad'"),
+        ("terngrad-overlap", "outer_overlap overlaps the outer exchange of local steps"),
+        ("terngrad-overlap-local4", r"local steps \(local4\) comes before overlap"),
+        ("terngrad-localauto0", "unknown part 'localauto0'"),
     ],
 )
 def test_names_off_the_rule_are_refused_in_one_line(name, why):

@@ -1,0 +1,45 @@
+"""The settings of local steps: the choice of H for ``local_steps="auto"`` against its formula,
+the checks every entry point shares, and what the performance model says of auto."""
+
+import pytest
+
+from terngrad.bench import traffic_model
+from terngrad.local_steps import check_outer_settings, choose_local_steps
+
+
+def test_auto_takes_the_smallest_h_that_keeps_the_exchange_under_its_share():
+    # exchange / (H step + exchange) <= share  <=>  H >= exchange (1 - share) / (share step)
+    assert choose_local_steps(0.05, 0.5, 0.1, range(1, 501)) == 90
+    assert choose_local_steps(0.05, 0.5, 0.5, range(1, 501)) == 10
+    assert choose_local_steps(0.05, 0.5, 0.1, [5, 25, 125]) == 125
+    assert choose_local_steps(0.05, 50.0, 0.1, [5, 25]) == 25  # none fits: the largest
+    assert choose_local_steps(1.0, 0.01, 0.1, [1, 5]) == 1
+
+
+@pytest.mark.parametrize(
+    "bad, said",
+    [
+        ({"local_steps": True}, "local_steps must be an integer of at least 1"),
+        ({"local_steps": "sometimes"}, "or 'auto', got 'sometimes'"),
+        ({"outer_momentum": 1.0}, "outer_momentum must be a number from 0 up to"),
+        ({"nesterov": True, "outer_momentum": 0.0}, "nesterov needs outer_momentum > 0"),
+        ({"overlap": 1}, "overlap must be True or False, got 1"),
+        ({"max_comm_share": 0}, "max_comm_share must be a share of the time in (0, 1)"),
+        ({"auto_choices": []}, "auto_choices must be a non-empty list"),
+        ({"auto_choices": [4, 2.5]}, "auto_choices must be a non-empty list"),
+    ],
+)
+def test_bad_settings_are_one_line(bad, said):
+    with pytest.raises(ValueError) as caught:
+        check_outer_settings(**bad)
+    assert said in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_auto_choices_are_sorted_and_once_each():
+    assert check_outer_settings("auto", auto_choices=[25, 5, 5, 1]) == [1, 5, 25]
+    assert check_outer_settings(16)[-1] == 500
+
+
+def test_the_performance_model_refuses_an_h_chosen_at_run_time():
+    with pytest.raises(ValueError, match="its H is chosen at run time"):
+        traffic_model.transfers(None, "terngrad-ef-localauto", 4)
