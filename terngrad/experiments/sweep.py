@@ -3,8 +3,10 @@
 rate and against how far communication outweighs compute there — where TernGrad starts to win.
 
 ``sweep.json`` keeps, per bandwidth, every method's mean and spread of the seconds and steps to
-target over its seeds and how many times sooner than fp32 and fp16 it got there; ``sweep.md``
-the table, ``sweep.png`` the two plots.
+target over its seeds and how many times sooner than fp32 and fp16 it got there, and the race
+this project runs: the fastest of PyTorch's own (fp32, fp16, PowerSGD) against terngrad's
+fastest, and terngrad's against the fastest method on the fastest link swept (the slow link made
+free); ``sweep.md`` the tables, ``sweep.png`` the two plots.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from terngrad.bench import testbed
+from terngrad.comm.method_spec import BASELINES
 from terngrad.experiments.time_to_accuracy import AccuracyComparison
 from terngrad.util.files import atomic_write, atomic_write_text
 
@@ -75,6 +78,16 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
                 for m in r["methods"]
             },
         })  # fmt: skip
+    free = _fastest(next(p for p in points if p["bandwidth"] == fastest["bandwidth"]), None)
+    for p in points:
+        pytorch, ours = _fastest(p, True), _fastest(p, False)
+        p["fastest_pytorch"], p["fastest_terngrad"] = pytorch, ours
+        p["terngrad_sooner_than_pytorch"] = (
+            pytorch["seconds"] / ours["seconds"] if pytorch and ours else None
+        )
+        p["terngrad_over_fastest_on_fastest_link"] = (
+            ours["seconds"] / free["seconds"] if ours and free else None
+        )
     return {
         "model": first["model"],
         "dataset": first["dataset"],
@@ -83,8 +96,29 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
         "seeds": first.get("seeds"),
         "fp32_ring_bytes_per_step": ring,
         "compute_seconds": compute,
+        "fastest_on_fastest_link": free,
         "points": points,
     }
+
+
+def _fastest(point: dict[str, Any], pytorch: bool | None) -> dict[str, Any] | None:
+    """The method of ``point`` with the fewest mean seconds to target among PyTorch's own
+    (``pytorch``), terngrad's (``not pytorch``) or all (``None``); ``None`` if none got there."""
+    reached = [
+        {"method": name, "seconds": m["seconds_to_target"]}
+        for name, m in point["methods"].items()
+        if m["seconds_to_target"] is not None
+        and (pytorch is None or (name in BASELINES) == pytorch)
+    ]
+    return min(reached, key=lambda r: r["seconds"], default=None)
+
+
+def _method_names(sweep: dict[str, Any]) -> list[str]:
+    """Every method of the sweep, in the order first met (a link may run fewer)."""
+    names: dict[str, None] = {}
+    for p in sweep["points"]:
+        names.update(dict.fromkeys(p["methods"]))
+    return list(names)
 
 
 def markdown(sweep: dict[str, Any]) -> str:
@@ -92,7 +126,7 @@ def markdown(sweep: dict[str, Any]) -> str:
     sd, and how many times sooner than fp32 / fp16)."""
     from terngrad.train.report import markdown_table
 
-    names = list(sweep["points"][0]["methods"])
+    names = _method_names(sweep)
     header = ["links", "comm / compute", *names]
     rows = []
     for p in sweep["points"]:
@@ -111,13 +145,32 @@ def markdown(sweep: dict[str, Any]) -> str:
             cells.append(f"{m['seconds_to_target']:.0f} ± {sd:.0f} s ({speed})")
         rows.append(cells)
     target = f"{100 * sweep['target']:g}%"
+    race = []
+    for p in sweep["points"]:
+        pytorch, ours = p["fastest_pytorch"], p["fastest_terngrad"]
+        sooner = p["terngrad_sooner_than_pytorch"]
+        made_free = p["terngrad_over_fastest_on_fastest_link"]
+        race.append([
+            p["bandwidth"],
+            f"{pytorch['method']} {pytorch['seconds']:.0f} s" if pytorch else "-",
+            f"{ours['method']} {ours['seconds']:.0f} s" if ours else "-",
+            "-" if sooner is None else f"{sooner:.2f}x",
+            "-" if made_free is None else f"{made_free:.2f}x",
+        ])  # fmt: skip
+    best = sweep["fastest_on_fastest_link"]
+    free = f"{best['method']} {best['seconds']:.0f} s" if best else "none reached the target"
+    race_header = ["links", "fastest of PyTorch's (fp32, fp16, PowerSGD)", "fastest of terngrad's",
+                   "terngrad sooner", "terngrad / fastest on the fastest link"]  # fmt: skip
     return (
         f"# Time to {target} against the link: {sweep['model']} on {sweep['dataset']}, "
         f"{sweep['workers']} ranks\n\n" + markdown_table(header, rows) + "\n"
         f"Each cell: mean training seconds to {target} over seeds {sweep['seeds']} (± sample "
-        "sd), then how many times sooner than fp32 / fp16 (ratios of the means). comm / "
-        "compute: an fp32 ring all-reduce of the gradient at the link's rate over fp32's step "
-        "on the fastest link swept.\n"
+        "sd), then how many times sooner than fp32 / fp16 (ratios of the means); '-': not run "
+        "on that link. comm / compute: an fp32 ring all-reduce of the gradient at the link's "
+        "rate over fp32's step on the fastest link swept.\n\n"
+        "## terngrad against PyTorch's own\n\n" + markdown_table(race_header, race) + "\n"
+        "The last column: terngrad's time on this link over the fastest method's on the fastest "
+        f"link swept ({free}): 1.00x is a slow link made free.\n"
     )
 
 
@@ -136,7 +189,7 @@ def plot(sweep: dict[str, Any], path: Path) -> dict[str, list[float]]:
     points = sorted(sweep["points"], key=lambda p: p["mbit_per_s"] or free)
     fig, (by_rate, by_ratio) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
     drawn: dict[str, list[float]] = {}
-    for name in points[0]["methods"]:
+    for name in _method_names(sweep):
         xs, ratios, ys, errs = [], [], [], []
         for p in points:
             m = p["methods"].get(name)

@@ -127,9 +127,24 @@ def test_the_sweep_sets_every_bandwidth_side_by_side(tmp_path):
         found["fp32_ring_bytes_per_step"] / (25e6 / 8) / 0.1
     )
     assert slow["methods"]["terngrad"]["sooner_than_fp32"] == 8.0
+    # the race: PyTorch's fastest against terngrad's, and the slow link against the fastest
+    assert slow["fastest_pytorch"] == {"method": "fp32", "seconds": 800.0}
+    assert slow["fastest_terngrad"] == {"method": "terngrad", "seconds": 100.0}
+    assert slow["terngrad_sooner_than_pytorch"] == 8.0
+    assert found["fastest_on_fastest_link"] == {"method": "fp32", "seconds": 50.0}
+    assert slow["terngrad_over_fastest_on_fastest_link"] == 2.0
+    assert free["terngrad_sooner_than_pytorch"] == pytest.approx(50 / 60)
     text = sweep.write(tmp_path, [results("25mbit", 800.0, 100.0), results("unlimited", 50, 60)])
     assert "| 25mbit | 8.28 | 800 ± 1 s (1.00x / -) | 100 ± 1 s (8.00x / -) |" in text
+    assert "| 25mbit | fp32 800 s | terngrad 100 s | 8.00x | 2.00x |" in text
+    assert "fastest link swept (fp32 50 s)" in text
     assert (tmp_path / "sweep.png").stat().st_size > 10_000
+    # a link that ran fewer methods: every method still has its column
+    fewer = results("10mbit", 2000.0, 90.0)
+    fewer["methods"] = fewer["methods"][1:]
+    text = sweep.write(tmp_path, [results("unlimited", 50, 60), fewer])
+    row = next(line for line in text.splitlines() if line.startswith("| 10mbit |"))
+    assert " | - | 90 ± 1 s (" in row  # fp32 not run there: '-'; terngrad in its column
     # swept fast link first: the lines still run from the slowest link to 'unlimited'
     out_of_order = sweep.summarise(
         [results("100mbit", 200.0, 70.0), results("25mbit", 800.0, 100.0),
