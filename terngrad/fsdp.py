@@ -57,7 +57,7 @@ from terngrad.comm.link import Link
 from terngrad.comm.methods import hook_options
 from terngrad.comm.options import Options
 from terngrad.comm.plans import full_precision_names, last_layer_names
-from terngrad.comm.rank_state import RankState, twin_group
+from terngrad.comm.rank_state import RankState, resolve_timeout, twin_group
 from terngrad.comm.reduce_scatter import grid_reduce_scatter
 from terngrad.quantize import Layout, SymmetricGrid
 
@@ -296,6 +296,7 @@ def register(model: nn.Module, quantizer: str | Options = "terngrad", **options:
             "terngrad.fsdp needs torch.distributed initialised: call "
             "torch.distributed.init_process_group(...) before fully_shard and register"
         )
+    opts = resolve_timeout(opts)  # unset: the default group's (said in state.options)
     state = State(opts, model, groups, twin_group(process_group, opts.timeout))
     comm = _reduce_scatter_class()
     for module, group in groups:

@@ -167,6 +167,7 @@ class State:
                 self._broken = exc
                 raise
             self.reducer, self._pending = reducer, None
+            self.options = reducer.options  # the timeout made concrete (the default group's)
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="terngrad")
         return self.reducer
 

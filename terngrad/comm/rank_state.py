@@ -8,6 +8,7 @@ configuration, rank, residuals — with the checks a saved state passes before i
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -18,14 +19,40 @@ import torch.distributed as dist
 from terngrad.comm.agreement import check_same_config, check_saved_config, exchange_config
 from terngrad.comm.link import Link
 from terngrad.comm.memory import ErrorFeedback
-from terngrad.comm.options import Options
+from terngrad.comm.options import MAX_TIMEOUT, Options
 from terngrad.comm.stats import Counters, Stats, Timing
 from terngrad.kernels import Streams, resolve, stream_seed
 
 
+def group_timeout(group: dist.ProcessGroup | None = None) -> float | None:
+    """The seconds ``group``'s collectives wait (default: the default group's, as
+    ``init_process_group(timeout=...)`` set it), read from its backends' options (kept current
+    by ``set_timeout``), at most :data:`~terngrad.comm.options.MAX_TIMEOUT`; where torch does not
+    say, its default for the group's backend; ``None`` where even that cannot be read."""
+    with contextlib.suppress(Exception):
+        group = group or dist.distributed_c10d._get_default_group()
+        for device in group._device_types:
+            with contextlib.suppress(Exception):
+                seconds = group._get_backend(device).options._timeout.total_seconds()
+                if seconds > 0:
+                    return min(seconds, MAX_TIMEOUT)
+    with contextlib.suppress(Exception):
+        default = dist.distributed_c10d._get_default_timeout(dist.get_backend(group))
+        return min(default.total_seconds(), MAX_TIMEOUT)
+    return None
+
+
+def resolve_timeout(options: Options, group: dist.ProcessGroup | None = None) -> Options:
+    """``options`` with its ``timeout`` made concrete: unset, the default group's; with a
+    ``group`` given, that group's own (its collectives wait that long whatever was asked)."""
+    timeout = group_timeout(group) if group is not None else options.timeout or group_timeout()
+    return options if timeout == options.timeout else options.replace(timeout=timeout)
+
+
 def twin_group(group: dist.ProcessGroup, timeout: float | None) -> dist.ProcessGroup:
     """A new process group of ``group``'s ranks and backend, whose collectives wait ``timeout``
-    seconds (``None``: the backend's default) — a collective on every rank."""
+    seconds (give it resolved: :func:`resolve_timeout`; ``None`` would be torch's default, 30
+    minutes for gloo, not the default group's) — a collective on every rank."""
     return dist.new_group(
         ranks=dist.get_process_group_ranks(group),
         backend=dist.get_backend(group),

@@ -26,7 +26,7 @@ from terngrad.comm.link import Link
 from terngrad.comm.options import Options
 from terngrad.comm.plans import BucketPlan, Planner, full_precision_names, gather, scatter
 from terngrad.comm.policy import AutoPolicy, Estimate
-from terngrad.comm.rank_state import RankState, twin_group
+from terngrad.comm.rank_state import RankState, resolve_timeout, twin_group
 from terngrad.comm.topologies import make_exchange
 
 
@@ -65,7 +65,10 @@ class Reducer(RankState):
         if not params:
             raise ValueError("the model has no parameters that require gradients")
         device = params[0][1].device
-        self.timeout = options.timeout if group is None else None  # a given group keeps its own
+        # unset: the default group's timeout (torch's new_group would take its own default, 30
+        # minutes for gloo); a given group keeps its own. Either way state.options says which.
+        options = resolve_timeout(options, group)
+        self.timeout = options.timeout
         if group is None:
             group = dist.new_group(backend=dist.get_backend(), timeout=_timeout(options.timeout))
         excluded = full_precision_names(params, last_layer, options)
