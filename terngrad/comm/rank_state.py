@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from terngrad.comm import saved_state
 from terngrad.comm.agreement import check_same_config, check_saved_config, exchange_config
 from terngrad.comm.link import Link
 from terngrad.comm.memory import ErrorFeedback
@@ -91,6 +92,7 @@ class RankState:
         self.excluded = excluded
         self.memory = ErrorFeedback() if options.error_feedback else None
         self.counters = Counters(link.counter)
+        self._sizes = {name: p.numel() for name, p in params if name not in excluded}
         self.config = {
             **exchange_config(options, self.quantizer, self.kernels, excluded, link.size, params),
             **config,
@@ -129,22 +131,39 @@ class RankState:
             **self._own_state(),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` of the same rank and configuration."""
-        if not isinstance(state, dict) or state.get("format") != self.state_format:
-            raise ValueError(f"not a {self.kind} (or one of another format version)")
+    def residual_sizes(self) -> dict[str, int]:
+        """The error-feedback residuals a state of this rank may hold: their names, and the
+        elements of each (flat float32)."""
+        return dict(self._sizes)
+
+    def check_state(self, state: dict[str, Any]) -> None:
+        """Refuse, in one ``ValueError`` line naming what is wrong, a ``state`` this rank cannot
+        load: its entries, their types, its tensors' shapes and dtypes, its configuration, its
+        rank."""
+        saved_state.rank_state(state, self.kind, self.state_format, self.residual_sizes())
+        self._check_own(state)
         check_saved_config(self.config, state["config"])
         if state["rank"] != self.link.rank:
             raise ValueError(
                 f"this {self.kind} belongs to rank {state['rank']}, not rank {self.link.rank}: "
                 "load each rank's own"
             )
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` of the same rank and configuration. Everything is checked
+        before anything is taken (:meth:`check_state`)."""
+        self.check_state(state)
         if self.memory is not None:
             self.memory.load_state_dict(state["residuals"])
         self._load_own(state)
 
     def _own_state(self) -> dict[str, Any]:
         """The subclass's entries of :meth:`state_dict`."""
+        raise NotImplementedError
+
+    def _check_own(self, state: dict[str, Any]) -> None:
+        """Refuse, in one ``ValueError`` line, a ``state`` whose subclass's entries are missing
+        or malformed (:mod:`terngrad.comm.saved_state`)."""
         raise NotImplementedError
 
     def _load_own(self, state: dict[str, Any]) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from terngrad.comm import full_precision
+from terngrad.comm import full_precision, saved_state
 from terngrad.comm.full_precision import Deferred
 from terngrad.comm.link import Link
 from terngrad.comm.options import Options
@@ -37,6 +37,17 @@ def _timeout(seconds: float | None) -> datetime.timedelta | None:
 def rank_seed(seed: int, rank: int) -> int:
     """The seed of rank ``rank``'s generator: ``seed * 1_000_003 + rank`` (mod 2**63)."""
     return (seed * 1_000_003 + rank) % 2**63
+
+
+def check_own(state: dict[str, Any], kind: str, generator: torch.Tensor | None) -> None:
+    """Refuse a saved state whose :class:`Reducer` entries are missing or malformed: the
+    generator's (of the form of ``generator``, this rank's, where known), the server's
+    residuals, the counters."""
+    if generator is not None:
+        saved_state.generator(state, kind, generator)
+    found = saved_state.entry(state, "server_residuals", dict, "a dict of tensors", kind)
+    saved_state.tensors(found, "server_residuals", kind)
+    saved_state.counters(state, kind)
 
 
 class Reducer(RankState):
@@ -278,6 +289,9 @@ class Reducer(RankState):
             "server_residuals": {k: v.clone() for k, v in self.exchange.server_residuals.items()},
             "counters": self.counters.state_dict(),
         }
+
+    def _check_own(self, state: dict[str, Any]) -> None:
+        check_own(state, self.kind, self.generator.get_state())
 
     def _load_own(self, state: dict[str, Any]) -> None:
         self.generator.set_state(state["generator"])
