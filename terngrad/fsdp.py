@@ -53,11 +53,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from terngrad.comm import saved_state
 from terngrad.comm.link import Link
 from terngrad.comm.methods import hook_options
 from terngrad.comm.options import Options
 from terngrad.comm.plans import full_precision_names, last_layer_names
-from terngrad.comm.rank_state import RankState, twin_group
+from terngrad.comm.rank_state import RankState, resolve_timeout, twin_group
 from terngrad.comm.reduce_scatter import grid_reduce_scatter
 from terngrad.quantize import Layout, SymmetricGrid
 
@@ -248,6 +249,38 @@ class State(RankState):
             "messages_sent": c.bytes.messages,
         }
 
+    def residual_sizes(self) -> dict[str, int]:
+        """One residual per group: its quantized elements over all ranks' chunks."""
+        sizes = {
+            f"fsdp-group-{g.index}": self.link.size
+            * sum(n for n, k in zip(g.segments, g.kept, strict=True) if not k)
+            for g in self.groups
+        }
+        return {name: n for name, n in sizes.items() if n}
+
+    def _check_own(self, state: dict[str, Any]) -> None:
+        kind = self.kind
+        calls = saved_state.entry(state, "calls", dict, "the reduce-scatters done by group", kind)
+        if sorted(map(str, calls)) != sorted(map(str, range(len(self.groups)))) or not all(
+            type(v) is int and v >= 0 for v in calls.values()
+        ):
+            raise ValueError(
+                f"not a {kind}: its 'calls' is {calls!r}, not a count >= 0 for each of the "
+                f"{len(self.groups)} groups 0..{len(self.groups) - 1}"
+            )
+        skipped = saved_state.entry(state, "skipped", list, "a list of group indices", kind)
+        if not all(type(i) is int and 0 <= i < len(self.groups) for i in skipped):
+            raise ValueError(f"not a {kind}: its 'skipped' is {skipped!r}, not group indices")
+        for key in ("skipped_steps", "skipped_step"):
+            saved_state.count(state, key, kind)
+        saved_state.count(state, "messages_sent", kind, optional=True)
+        counts = saved_state.entry(state, "bytes", tuple | list, "three byte counts", kind)
+        if len(counts) != 3 or not all(type(v) is int and v >= 0 for v in counts):
+            raise ValueError(
+                f"not a {kind}: its 'bytes' is {counts!r}, not three byte counts (sent, "
+                "received, fp32's)"
+            )
+
     def _load_own(self, state: dict[str, Any]) -> None:
         self.calls = {int(k): int(v) for k, v in state["calls"].items()}
         self._skipped = set(state["skipped"])
@@ -296,6 +329,7 @@ def register(model: nn.Module, quantizer: str | Options = "terngrad", **options:
             "terngrad.fsdp needs torch.distributed initialised: call "
             "torch.distributed.init_process_group(...) before fully_shard and register"
         )
+    opts = resolve_timeout(opts)  # unset: the default group's (said in state.options)
     state = State(opts, model, groups, twin_group(process_group, opts.timeout))
     comm = _reduce_scatter_class()
     for module, group in groups:

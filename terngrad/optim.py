@@ -78,9 +78,7 @@ class _MomentumExchangedAdamW(torch.optim.Optimizer):
         if not (isinstance(variance_floor, int | float) and 0 <= variance_floor <= 1):
             raise ValueError(f"variance_floor must be a number in [0, 1], got {variance_floor!r}")
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
-        super().__init__(params, defaults)
-        for group in self.param_groups:
-            _check_hyper(group["lr"], group["betas"], group["eps"], group["weight_decay"])
+        super().__init__(params, defaults)  # each group through add_param_group: checked there
         self.variance_floor = variance_floor
         #: set by the terngrad hook that exchanges the momentum (:meth:`bind_exchange`)
         self.momentum_exchanged = False
@@ -109,6 +107,9 @@ class _MomentumExchangedAdamW(torch.optim.Optimizer):
         return self._groups_by_param.get(id(param))
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """torch's, with the constructor's checks of the group's hyper-parameters."""
+        if isinstance(param_group, dict):
+            _check_group({**self.defaults, **param_group}, f"param group {len(self.param_groups)}")
         super().add_param_group(param_group)
         self.__dict__.pop("_groups_by_param", None)
 
@@ -123,6 +124,8 @@ class _MomentumExchangedAdamW(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         name, advice = self._resume_setting
+        if not isinstance(state_dict, dict):
+            raise ValueError(f"not a {type(self).__name__} state: a {type(state_dict).__name__}")
         state_dict = dict(state_dict)
         mine = getattr(self, name)
         saved = state_dict.pop(name, mine)
@@ -131,8 +134,33 @@ class _MomentumExchangedAdamW(torch.optim.Optimizer):
                 f"this state was saved with {name}={saved}, and this optimizer has {mine}: "
                 f"resume with {advice}"
             )
+        self._check_saved(state_dict)
         super().load_state_dict(state_dict)
         self.__dict__.pop("_groups_by_param", None)  # the groups are new dicts now
+
+    def _check_saved(self, saved: dict[str, Any]) -> None:
+        """A one-line ``ValueError`` for a saved state this optimizer cannot step from: its
+        groups' hyper-parameters (loading takes them) and each parameter's tensors."""
+        kind = type(self).__name__
+        groups, state = saved.get("param_groups"), saved.get("state")
+        if not isinstance(groups, list) or not isinstance(state, dict):
+            raise ValueError(f"not a {kind} state (a dict with 'state' and 'param_groups')")
+        if len(groups) != len(self.param_groups):
+            raise ValueError(
+                f"this {kind} state has {len(groups)} parameter groups, this optimizer "
+                f"{len(self.param_groups)}"
+            )
+        for k, (group, mine) in enumerate(zip(groups, self.param_groups, strict=True)):
+            if not isinstance(group, dict) or not isinstance(group.get("params"), list):
+                raise ValueError(f"not a {kind} state: its parameter group {k} is not a group")
+            if len(group["params"]) != len(mine["params"]):
+                raise ValueError(
+                    f"this {kind} state's parameter group {k} has {len(group['params'])} "
+                    f"parameters, this optimizer's {len(mine['params'])}"
+                )
+            _check_group({**self.defaults, **group}, f"the saved state's param group {k}")
+            for j, (key, p) in enumerate(zip(group["params"], mine["params"], strict=True)):
+                _check_param_state(state.get(key), p, f"{kind} state, group {k} parameter {j}")
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
@@ -367,6 +395,43 @@ class LocalVarianceAdamW(_MomentumExchangedAdamW):
         p.addcdiv_(state["exp_avg"], state["denom"], value=-group["lr"] / (1 - beta1**t))
 
 
+def _check_group(group: dict[str, Any], where: str) -> None:
+    """:func:`_check_hyper` of a parameter group, its message starting with ``where``."""
+    try:
+        _check_hyper(group.get("lr"), group.get("betas"), group.get("eps"),
+                     group.get("weight_decay"))  # fmt: skip
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+#: the tensors a parameter's saved state may hold, each of the parameter's shape
+_PARAM_TENSORS = ("exp_avg", "exp_avg_sq", "denom")
+
+
+def _check_param_state(state: Any, p: torch.Tensor, where: str) -> None:
+    """A parameter's saved state: a dict whose ``step`` is a number and whose moments are
+    floating-point tensors of ``p``'s shape (none saved yet: ``None``)."""
+    if state is None:
+        return
+    if not isinstance(state, dict):
+        raise ValueError(f"{where}: a {type(state).__name__}, not a dict")
+    step = state.get("step")
+    number = isinstance(step, int | float) or (isinstance(step, torch.Tensor) and step.numel() == 1)
+    if isinstance(step, bool) or not number:
+        raise ValueError(f"{where}: its step is {step!r}, not a number")
+    for name in _PARAM_TENSORS:
+        t = state.get(name)
+        if name not in state:
+            continue
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            found = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{where}: {name} is {found}, not a floating-point tensor")
+        if t.shape != p.shape:
+            raise ValueError(
+                f"{where}: {name} has shape {tuple(t.shape)}, the parameter {tuple(p.shape)}"
+            )
+
+
 def _check_hyper(lr: Any, betas: Any, eps: Any, weight_decay: Any) -> None:
     """AdamW's own checks, as one-line ``ValueError``s."""
     if not (isinstance(lr, int | float) and math.isfinite(lr) and lr >= 0):
@@ -379,8 +444,10 @@ def _check_hyper(lr: Any, betas: Any, eps: Any, weight_decay: Any) -> None:
         raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
     if not (isinstance(eps, int | float) and math.isfinite(eps) and eps > 0):
         raise ValueError(f"eps must be a finite number > 0, got {eps!r}")
-    if not (isinstance(weight_decay, int | float) and math.isfinite(weight_decay)):
-        raise ValueError(f"weight_decay must be a finite number, got {weight_decay!r}")
+    if not (
+        isinstance(weight_decay, int | float) and math.isfinite(weight_decay) and weight_decay >= 0
+    ):
+        raise ValueError(f"weight_decay must be a finite number >= 0, got {weight_decay!r}")
 
 
 __all__ = ["FrozenVarianceAdamW", "LocalVarianceAdamW"]

@@ -39,19 +39,21 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from terngrad.comm import saved_state
 from terngrad.comm.errors import explain
 from terngrad.comm.methods import hook_options
 from terngrad.comm.momentum import (
     LocalVariance,
     MomentumSource,
     VarianceSource,
+    check_local_variance,
     check_source,
     to_local_momentum,
 )
 from terngrad.comm.options import Options
 from terngrad.comm.plans import last_layer_names, tied_last_layer
 from terngrad.comm.policy import Decision, Estimate
-from terngrad.comm.reducer import Deferred, Reducer
+from terngrad.comm.reducer import Deferred, Reducer, check_own
 from terngrad.comm.stats import Stats, Timing
 from terngrad.quantize import Quantizer
 
@@ -167,6 +169,7 @@ class State:
                 self._broken = exc
                 raise
             self.reducer, self._pending = reducer, None
+            self.options = reducer.options  # the timeout made concrete (the default group's)
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="terngrad")
         return self.reducer
 
@@ -238,17 +241,20 @@ class State:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` of the same rank and configuration (before first use:
         at first use)."""
-        if self.reducer is None:
-            if not isinstance(state, dict) or "config" not in state:
-                raise ValueError("not a terngrad hook state")
+        if self.reducer is None:  # what can be checked now is, the rest at first use
+            sizes = None if self._params is None else {n: p.numel() for n, p in self._params}
+            saved_state.rank_state(state, Reducer.kind, Reducer.state_format, sizes)
+            device = self._params[0][1].device if self._params else torch.device("cpu")
+            check_own(state, Reducer.kind, torch.Generator(device=device).get_state())
+            self._check_variance(state, sizes)
             self._pending = state
         else:
             self.reducer.load_state_dict(self._load_variance(state))
 
-    def _load_variance(self, state: dict[str, Any]) -> dict[str, Any]:
-        """``state`` less the rank's local variance, which goes to :attr:`variance`."""
-        state = dict(state)
-        saved = state.pop("local_variance", None)
+    def _check_variance(self, state: dict[str, Any], sizes: dict[str, int] | None) -> None:
+        """``state``'s local variance, if any: there exactly when this State has one, of the
+        form :meth:`LocalVariance.state_dict` saves."""
+        saved = state.get("local_variance")
         if (saved is None) != (self.variance is None):
             raise ValueError(
                 "this hook state was saved "
@@ -257,6 +263,17 @@ class State:
                 + ("one" if saved is None else "none")
                 + ": resume with the same optimizer"
             )
+        if saved is not None:
+            check_local_variance(saved, sizes)
+
+    def _load_variance(self, state: dict[str, Any]) -> dict[str, Any]:
+        """``state`` less the rank's local variance, which goes to :attr:`variance`."""
+        if self.reducer is not None:
+            self.reducer.check_state(state)  # all of it, before the variance is taken
+        sizes = None if self._params is None else {n: p.numel() for n, p in self._params}
+        self._check_variance(state, sizes)
+        state = dict(state)
+        saved = state.pop("local_variance", None)
         if self.variance is not None:
             self.variance.load_state_dict(saved)
         return state

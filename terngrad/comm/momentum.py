@@ -27,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from terngrad.comm import saved_state
 from terngrad.comm.link import Link
 
 
@@ -113,11 +114,27 @@ class LocalVariance:
             "momenta": {name: m.clone() for name, m in self.momenta.items()},
         }
 
-    def load_state_dict(self, state: Mapping[str, Mapping[str, torch.Tensor]]) -> None:
-        if set(state) != {"variances", "momenta"}:
-            raise ValueError("not a terngrad local-variance state (variances and momenta)")
+    def load_state_dict(
+        self,
+        state: Mapping[str, Mapping[str, torch.Tensor]],
+        sizes: Mapping[str, int] | None = None,
+    ) -> None:
+        """Restore :meth:`state_dict` (``sizes``: the parameters' elements by name, to check the
+        tensors against)."""
+        check_local_variance(state, sizes)
         self.variances = {n: v.clone().to(torch.float32) for n, v in state["variances"].items()}
         self.momenta = {n: m.clone().to(torch.float32) for n, m in state["momenta"].items()}
+
+
+def check_local_variance(state: Any, sizes: Mapping[str, int] | None = None) -> None:
+    """Refuse, in one ``ValueError`` line, what is not a :meth:`LocalVariance.state_dict`: two
+    dicts of float tensors by parameter name (with ``sizes``, each flat of that many
+    elements)."""
+    kind = "terngrad local-variance state"
+    if not isinstance(state, Mapping) or set(state) != {"variances", "momenta"}:
+        raise ValueError(f"not a {kind} (variances and momenta)")
+    for key in ("variances", "momenta"):
+        saved_state.tensors(state[key], key, kind, sizes)
 
 
 def check_source(optimizer: Any) -> MomentumSource:

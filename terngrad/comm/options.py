@@ -86,7 +86,9 @@ class Options:
     * ``seed``: every random draw of the exchange derives from it
       (:func:`~terngrad.kernels.stream_seed`);
     * ``timeout``: seconds a collective of the exchange waits before failing with
-      :class:`~terngrad.comm.CollectiveFailed` (``None``: the default group's).
+      :class:`~terngrad.comm.CollectiveFailed` (``None``: the default group's, read when the
+      exchange is built and then written into the state's ``options``; not torch's default
+      for a new group, 30 minutes on gloo).
     """
 
     quantizer: str = setting("terngrad", "a name from quantize.names()", _X, metavar="NAME")

@@ -8,6 +8,7 @@ configuration, rank, residuals — with the checks a saved state passes before i
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -15,17 +16,44 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from terngrad.comm import saved_state
 from terngrad.comm.agreement import check_same_config, check_saved_config, exchange_config
 from terngrad.comm.link import Link
 from terngrad.comm.memory import ErrorFeedback
-from terngrad.comm.options import Options
+from terngrad.comm.options import MAX_TIMEOUT, Options
 from terngrad.comm.stats import Counters, Stats, Timing
 from terngrad.kernels import Streams, resolve, stream_seed
 
 
+def group_timeout(group: dist.ProcessGroup | None = None) -> float | None:
+    """The seconds ``group``'s collectives wait (default: the default group's, as
+    ``init_process_group(timeout=...)`` set it), read from its backends' options (kept current
+    by ``set_timeout``), at most :data:`~terngrad.comm.options.MAX_TIMEOUT`; where torch does not
+    say, its default for the group's backend; ``None`` where even that cannot be read."""
+    with contextlib.suppress(Exception):
+        group = group or dist.distributed_c10d._get_default_group()
+        for device in group._device_types:
+            with contextlib.suppress(Exception):
+                seconds = group._get_backend(device).options._timeout.total_seconds()
+                if seconds > 0:
+                    return min(seconds, MAX_TIMEOUT)
+    with contextlib.suppress(Exception):
+        default = dist.distributed_c10d._get_default_timeout(dist.get_backend(group))
+        return min(default.total_seconds(), MAX_TIMEOUT)
+    return None
+
+
+def resolve_timeout(options: Options, group: dist.ProcessGroup | None = None) -> Options:
+    """``options`` with its ``timeout`` made concrete: unset, the default group's; with a
+    ``group`` given, that group's own (its collectives wait that long whatever was asked)."""
+    timeout = group_timeout(group) if group is not None else options.timeout or group_timeout()
+    return options if timeout == options.timeout else options.replace(timeout=timeout)
+
+
 def twin_group(group: dist.ProcessGroup, timeout: float | None) -> dist.ProcessGroup:
     """A new process group of ``group``'s ranks and backend, whose collectives wait ``timeout``
-    seconds (``None``: the backend's default) — a collective on every rank."""
+    seconds (give it resolved: :func:`resolve_timeout`; ``None`` would be torch's default, 30
+    minutes for gloo, not the default group's) — a collective on every rank."""
     return dist.new_group(
         ranks=dist.get_process_group_ranks(group),
         backend=dist.get_backend(group),
@@ -64,6 +92,7 @@ class RankState:
         self.excluded = excluded
         self.memory = ErrorFeedback() if options.error_feedback else None
         self.counters = Counters(link.counter)
+        self._sizes = {name: p.numel() for name, p in params if name not in excluded}
         self.config = {
             **exchange_config(options, self.quantizer, self.kernels, excluded, link.size, params),
             **config,
@@ -102,22 +131,39 @@ class RankState:
             **self._own_state(),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` of the same rank and configuration."""
-        if not isinstance(state, dict) or state.get("format") != self.state_format:
-            raise ValueError(f"not a {self.kind} (or one of another format version)")
+    def residual_sizes(self) -> dict[str, int]:
+        """The error-feedback residuals a state of this rank may hold: their names, and the
+        elements of each (flat float32)."""
+        return dict(self._sizes)
+
+    def check_state(self, state: dict[str, Any]) -> None:
+        """Refuse, in one ``ValueError`` line naming what is wrong, a ``state`` this rank cannot
+        load: its entries, their types, its tensors' shapes and dtypes, its configuration, its
+        rank."""
+        saved_state.rank_state(state, self.kind, self.state_format, self.residual_sizes())
+        self._check_own(state)
         check_saved_config(self.config, state["config"])
         if state["rank"] != self.link.rank:
             raise ValueError(
                 f"this {self.kind} belongs to rank {state['rank']}, not rank {self.link.rank}: "
                 "load each rank's own"
             )
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` of the same rank and configuration. Everything is checked
+        before anything is taken (:meth:`check_state`)."""
+        self.check_state(state)
         if self.memory is not None:
             self.memory.load_state_dict(state["residuals"])
         self._load_own(state)
 
     def _own_state(self) -> dict[str, Any]:
         """The subclass's entries of :meth:`state_dict`."""
+        raise NotImplementedError
+
+    def _check_own(self, state: dict[str, Any]) -> None:
+        """Refuse, in one ``ValueError`` line, a ``state`` whose subclass's entries are missing
+        or malformed (:mod:`terngrad.comm.saved_state`)."""
         raise NotImplementedError
 
     def _load_own(self, state: dict[str, Any]) -> None:

@@ -20,13 +20,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from terngrad.comm import full_precision
+from terngrad.comm import full_precision, saved_state
 from terngrad.comm.full_precision import Deferred
 from terngrad.comm.link import Link
 from terngrad.comm.options import Options
 from terngrad.comm.plans import BucketPlan, Planner, full_precision_names, gather, scatter
 from terngrad.comm.policy import AutoPolicy, Estimate
-from terngrad.comm.rank_state import RankState, twin_group
+from terngrad.comm.rank_state import RankState, resolve_timeout, twin_group
 from terngrad.comm.topologies import make_exchange
 
 
@@ -37,6 +37,17 @@ def _timeout(seconds: float | None) -> datetime.timedelta | None:
 def rank_seed(seed: int, rank: int) -> int:
     """The seed of rank ``rank``'s generator: ``seed * 1_000_003 + rank`` (mod 2**63)."""
     return (seed * 1_000_003 + rank) % 2**63
+
+
+def check_own(state: dict[str, Any], kind: str, generator: torch.Tensor | None) -> None:
+    """Refuse a saved state whose :class:`Reducer` entries are missing or malformed: the
+    generator's (of the form of ``generator``, this rank's, where known), the server's
+    residuals, the counters."""
+    if generator is not None:
+        saved_state.generator(state, kind, generator)
+    found = saved_state.entry(state, "server_residuals", dict, "a dict of tensors", kind)
+    saved_state.tensors(found, "server_residuals", kind)
+    saved_state.counters(state, kind)
 
 
 class Reducer(RankState):
@@ -65,7 +76,10 @@ class Reducer(RankState):
         if not params:
             raise ValueError("the model has no parameters that require gradients")
         device = params[0][1].device
-        self.timeout = options.timeout if group is None else None  # a given group keeps its own
+        # unset: the default group's timeout (torch's new_group would take its own default, 30
+        # minutes for gloo); a given group keeps its own. Either way state.options says which.
+        options = resolve_timeout(options, group)
+        self.timeout = options.timeout
         if group is None:
             group = dist.new_group(backend=dist.get_backend(), timeout=_timeout(options.timeout))
         excluded = full_precision_names(params, last_layer, options)
@@ -275,6 +289,9 @@ class Reducer(RankState):
             "server_residuals": {k: v.clone() for k, v in self.exchange.server_residuals.items()},
             "counters": self.counters.state_dict(),
         }
+
+    def _check_own(self, state: dict[str, Any]) -> None:
+        check_own(state, self.kind, self.generator.get_state())
 
     def _load_own(self, state: dict[str, Any]) -> None:
         self.generator.set_state(state["generator"])

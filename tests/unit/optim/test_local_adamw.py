@@ -188,6 +188,14 @@ def test_the_hooks_local_variance_is_the_running_mean_of_this_ranks_squares():
     assert all(torch.equal(twin.momenta[n], m) for n, m in room.momenta.items())
     with pytest.raises(ValueError, match="not a terngrad local-variance state"):
         twin.load_state_dict({"variances": {}})
+    sizes = {n: p.numel() for n, p in model.named_parameters()}
+    bad = {**saved, "momenta": {**saved["momenta"], "0.weight": torch.zeros(2)}}
+    with pytest.raises(ValueError) as exc:
+        twin.load_state_dict(bad, sizes)
+    assert str(exc.value) == (
+        "terngrad local-variance state: momenta['0.weight'] has shape (2,), not (30,) as this "
+        "model's: saved from another model"
+    )
 
 
 def test_a_bucket_with_a_non_finite_value_folds_nothing():
