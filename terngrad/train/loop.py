@@ -99,7 +99,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
         ddp = nn.parallel.DistributedDataParallel(model)
         state = DiLoCo(ddp, optimizer, cfg.local_steps, outer_lr=cfg.outer_lr,
                        outer_momentum=cfg.outer_momentum, overlap=cfg.outer_overlap,
-                       max_comm_share=cfg.max_comm_share, auto_choices=_local_step_choices(cfg),
+                       max_comm_share=cfg.max_comm_share, auto_choices=local_step_choices(cfg),
                        options=cfg.hook_options)  # fmt: skip
     elif cfg.baseline is None:  # (frozen-adamw: the hook exchanges its momentum after warm-up)
         ddp = nn.parallel.DistributedDataParallel(model)
@@ -227,7 +227,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
         return outputs.write_summary(cfg, stats, accuracy, seconds, clock.train_seconds, wire, done)
 
 
-def _local_step_choices(cfg: TrainConfig) -> list[int] | None:
+def local_step_choices(cfg: TrainConfig) -> list[int] | None:
     """``--local-steps auto``: the values of ``H`` that divide the steps, the evaluation and
     the checkpoint periods (the replicas are one model only after an outer step)."""
     if cfg.local_steps != "auto":
