@@ -219,7 +219,8 @@ def test_sparse_and_meta_tensors_are_refused_naming_what_they_are(name):
     "Tensor.item() cannot be called on meta tensors"): a TypeError saying what it is (issue 42)."""
     q = quantize.get(name)
     dense = torch.randn(6, 8, generator=_gen())
-    for bad, kind in ((dense.to_sparse(), "a sparse_coo one"), (dense.to_sparse_csr(), "a sparse_csr one")):  # fmt: skip
+    for bad, kind in ((dense.to_sparse(), "a sparse_coo one"),
+                      (dense.to_sparse_csr(), "a sparse_csr one")):  # fmt: skip
         _refused(TypeError, f"gradient must be a dense \\(strided\\) tensor, got {kind}: pass "
                  "grad.to_dense", q.encode, bad)  # fmt: skip
     _refused(TypeError, "gradient is a meta tensor", q.encode, torch.empty(6, 8, device="meta"))
