@@ -84,7 +84,7 @@ __all__ = [
 
 #: what a saved state is, and what it holds
 STATE_FORMAT = 2
-_STATE_KEYS = ("local_steps", "inner_steps", "outer_steps", "skipped_outer_steps", "anchor",
+STATE_KEYS = ("local_steps", "inner_steps", "outer_steps", "skipped_outer_steps", "anchor",
                "outer_optimizer", "exchange", "inner_optimizer", "overlap", "pending")  # fmt: skip
 
 
@@ -387,7 +387,7 @@ class DiLoCo:
         does not fit."""
         if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
             raise ValueError("not a terngrad.diloco state (or one of another format version)")
-        missing = [k for k in _STATE_KEYS if k not in state]
+        missing = [k for k in STATE_KEYS if k not in state]
         if missing:
             raise ValueError(f"this terngrad.diloco state lacks {', '.join(missing)}")
         saved_h = state["local_steps"]

@@ -146,11 +146,7 @@ class State(RankState):
                        op: dist.ReduceOp) -> None:  # fmt: skip
         """Group ``index``'s reduce-scatter: ``output`` gets this rank's shard of the mean
         (``op`` AVG) or sum (SUM) of ``input`` over the ranks."""
-        if op not in (dist.ReduceOp.AVG, dist.ReduceOp.SUM):
-            raise ValueError(
-                f"terngrad.fsdp: FSDP asked for a reduce-scatter with {op}; terngrad serves "
-                "FSDP's default (AVG or SUM): leave set_gradient_divide_factor unset"
-            )
+        _check_op(op)
         start = time.perf_counter()
         group = self.groups[index]
         if output.numel() != group.chunk:
@@ -295,6 +291,33 @@ class State(RankState):
         self.counters.skipped_step = state["skipped_step"]
 
 
+def _check_op(op: Any) -> None:
+    """Refuse a reduce-scatter op other than FSDP's default mean or sum (a gradient divide
+    factor makes it a ``PREMUL_SUM``), in terngrad's words."""
+    if op not in (dist.ReduceOp.AVG, dist.ReduceOp.SUM):
+        name = getattr(op, "name", None)
+        what = f"ReduceOp.{name}" if name else "ReduceOp.PREMUL_SUM (a gradient divide factor)"
+        raise ValueError(
+            f"terngrad.fsdp: FSDP asked for a reduce-scatter with {what}; terngrad serves "
+            "FSDP's default (AVG or SUM): leave set_gradient_divide_factor unset"
+        )
+
+
+def _full_precision_class():
+    """FSDP's own reduce-scatter, with :func:`_check_op`: for a group that terngrad keeps in
+    full precision whole (the last layer and small tensors), so that a divide factor is
+    refused there in the same words as in the groups terngrad quantizes (gloo's own message,
+    "Cannot use ReduceOp.PREMUL_SUM with Gloo", said nothing of terngrad)."""
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultReduceScatter
+
+    class CheckedReduceScatter(DefaultReduceScatter):
+        def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+            _check_op(op)
+            return super().__call__(output_tensor, input_tensor, group, op, async_op)
+
+    return CheckedReduceScatter
+
+
 def _reduce_scatter_class():
     _, ReduceScatter = _fsdp_api()
 
@@ -331,10 +354,9 @@ def register(model: nn.Module, quantizer: str | Options = "terngrad", **options:
         )
     opts = resolve_timeout(opts)  # unset: the default group's (said in state.options)
     state = State(opts, model, groups, twin_group(process_group, opts.timeout))
-    comm = _reduce_scatter_class()
+    comm, kept = _reduce_scatter_class(), _full_precision_class()
     for module, group in groups:
-        if not all(group.kept):
-            module.set_custom_reduce_scatter(comm(state, group.index))
+        module.set_custom_reduce_scatter(kept() if all(group.kept) else comm(state, group.index))
     setattr(model, _REGISTERED, state)
     return state
 

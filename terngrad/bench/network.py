@@ -272,6 +272,7 @@ def run(
 
     kernels.warm_up(levels=True, threads=1)  # the ranks' build, compiled once here
     testbed = Testbed(ranks, bandwidth, prefix)  # checks the ranks and the rate first
+    testbed.check()  # (and what is in its way, before anything is written)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as folder, testbed as bed:
         result = Path(folder, "raw.json")

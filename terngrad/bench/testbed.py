@@ -48,6 +48,12 @@ class TestbedUnavailable(RuntimeError):
     """The machine cannot host the testbed (not root, no iproute2, no namespaces)."""
 
 
+class TestbedRefused(TestbedUnavailable, ValueError):
+    """What is in the way is the user's to clear (namespaces with the testbed's names that it
+    did not make, a killed run's testbed, one in use): a ``ValueError`` too, so the command
+    line says it in one line with status 2, as for any input of the user's."""
+
+
 class BenchFailed(RuntimeError):
     """A rank failed or the run outlived its timeout (the ranks' logs say more)."""
 
@@ -228,11 +234,13 @@ class Testbed:
     def address(rank: int) -> str:
         return f"{SUBNET}.{rank + 1}"
 
-    def __enter__(self) -> Testbed:
+    def check(self) -> None:
+        """Every refusal of :meth:`__enter__`, nothing built: ``TestbedUnavailable`` for what
+        the machine lacks, :class:`TestbedRefused` for namespaces in the way."""
         check_host()
         record = _read_record(self.prefix)
         if record is not None:
-            raise TestbedUnavailable(
+            raise TestbedRefused(
                 f"the testbed {self.prefix}-* is in use by PID {record['pid']}, a terngrad "
                 "bench still running: wait for it, or stop it"
                 if _alive(record)
@@ -241,11 +249,14 @@ class Testbed:
             )
         foreign = [name for name in _namespaces() if _ours(name, self.prefix)]
         if foreign:
-            raise TestbedUnavailable(
+            raise TestbedRefused(
                 f"namespaces {', '.join(foreign)} already exist and terngrad's testbed did not "
                 "make them (no record of them): delete them with 'ip netns delete NAME' if they "
                 "are yours to delete"
             )
+
+    def __enter__(self) -> Testbed:
+        self.check()
         self._made: list[str] = []
         self._signals = {
             sig: signal.signal(sig, self._interrupted) for sig in (signal.SIGINT, signal.SIGTERM)

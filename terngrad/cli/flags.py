@@ -84,8 +84,8 @@ def number(kind: type, minimum: float, strict: bool, what: str, below: float = m
     return parse
 
 
-positive_int = number(int, 1, False, "a positive integer")
-non_negative_int = number(int, 0, False, "an integer >= 0")
+positive_int = number(int, 1, False, "a positive integer below 2**63", 2**63)
+non_negative_int = number(int, 0, False, "an integer >= 0, below 2**63", 2**63)
 positive_float = number(float, 0.0, True, "a positive finite number")
 
 

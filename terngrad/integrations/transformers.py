@@ -188,7 +188,9 @@ def _refuse_unservable(trainer: Trainer) -> None:
                 f"TrainingArguments({argument}=...) out (the Trainer then trains through DDP) "
                 "or leave TernGradCallback out"
             )
-    if getattr(trainer.accelerator, "scaler", None) is not None:
+    # fp16=True whether or not this device's accelerator made its GradScaler (the CPU's
+    # does not): a run that is refused on a GPU is refused here too, as the docs say
+    if trainer.args.fp16 or getattr(trainer.accelerator, "scaler", None) is not None:
         raise loss_scaling_refused("TrainingArguments(fp16=True)", "bf16=True or fp32")
 
 

@@ -27,6 +27,7 @@ def flat_gradient(grad: Any) -> torch.Tensor:
     gradient, which the conversion reads anyway; float32, float16 and bfloat16 need none)."""
     if not isinstance(grad, torch.Tensor):
         raise TypeError(f"gradient must be a torch.Tensor, got {type(grad).__name__}")
+    check_dense("gradient", grad, "grad.to_dense()")
     if not grad.dtype.is_floating_point:
         raise ValueError(
             f"gradient must be a floating-point tensor (float32, float16, bfloat16, float64), "
@@ -45,6 +46,23 @@ def flat_gradient(grad: Any) -> torch.Tensor:
                 "scale the loss or the gradient down, or clip it (torch.nn.utils.clip_grad_norm_)"
             )
     return flat
+
+
+def check_dense(name: str, tensor: torch.Tensor, instead: str, meta: bool = True) -> None:
+    """``TypeError`` for a sparse (COO, CSR, ...) or (with ``meta``) a meta tensor, which hold
+    no dense values to read (torch's own errors would say "do not have is_contiguous" or
+    "item() cannot be called on meta tensors"); ``instead``: what to pass. (Draws or an ``out``
+    on the meta device are refused for their device, as on any other device.)"""
+    if tensor.layout != torch.strided:
+        raise TypeError(
+            f"{name} must be a dense (strided) tensor, got a {str(tensor.layout)[6:]} one: "
+            f"pass {instead}"
+        )
+    if meta and tensor.is_meta:
+        raise TypeError(
+            f"{name} is a meta tensor (a shape without values), which cannot be quantized: "
+            "pass a tensor that holds its values"
+        )
 
 
 def check_finite(flat: torch.Tensor) -> torch.Tensor:
@@ -84,6 +102,7 @@ def check_uniform(uniform: Any, flat: torch.Tensor, scan: bool = True) -> torch.
             f"uniform must be a torch.Tensor of {n} draws in [0, 1), got "
             f"{type(uniform).__name__}: pass torch.rand({n}, generator=...)"
         )
+    check_dense("uniform", uniform, f"torch.rand({n}, generator=...)", meta=False)
     if uniform.dtype != torch.float32 or uniform.numel() != n:
         raise ValueError(
             f"uniform must be a float32 tensor of {n} draws in [0, 1), one per element, got "
@@ -149,6 +168,7 @@ def check_out(out: Any, numel: int, device: torch.device) -> torch.Tensor:
             f"out must be a torch.Tensor (float32, {numel} elements) or None, got "
             f"{type(out).__name__}"
         )
+    check_dense("out", out, f"torch.empty({numel}, device={str(device)!r})", meta=False)
     if (
         out.dtype != torch.float32
         or out.numel() != numel

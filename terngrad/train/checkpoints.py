@@ -36,6 +36,11 @@ _DIGEST = 32
 _NAME = re.compile(r"^checkpoint-(\d{8})\.pt$")
 
 
+class Unusable(ValueError):
+    """A checkpoint file no run can resume from: damaged, not a whole training checkpoint, or
+    with contents that do not fit the run it belongs to (one line)."""
+
+
 def path_for(folder: Path, step: int) -> Path:
     return folder / f"checkpoint-{step:08d}.pt"
 
@@ -62,10 +67,10 @@ def load(path: Path) -> dict[str, Any]:
     raw = read_bounded(path, MEMORY_LIMIT, "checkpoint")
     head = len(MAGIC) + _DIGEST
     if not raw.startswith(MAGIC):
-        raise ValueError(f"{path} is not a terngrad training checkpoint")
+        raise Unusable(f"{path} is not a terngrad training checkpoint")
     body = memoryview(raw)[head:]  # (no copy of what may be gigabytes)
     if not body or hashlib.sha256(body).digest() != raw[len(MAGIC) : head]:
-        raise ValueError(
+        raise Unusable(
             f"checkpoint {path} is damaged (truncated or modified: its checksum does not match)"
         )
     stream = io.BytesIO(raw)
@@ -73,9 +78,9 @@ def load(path: Path) -> dict[str, Any]:
     try:
         checkpoint = torch.load(stream, map_location="cpu", weights_only=True)
     except Exception as exc:  # a checksum-valid file that torch cannot read: another version
-        raise ValueError(f"cannot read checkpoint {path}: {str(exc).splitlines()[0]}") from None
+        raise Unusable(f"cannot read checkpoint {path}: {str(exc).splitlines()[0]}") from None
     if not isinstance(checkpoint, dict):
-        raise ValueError(f"{path} is not a terngrad training checkpoint")
+        raise Unusable(f"{path} is not a terngrad training checkpoint")
     return checkpoint
 
 
@@ -139,11 +144,11 @@ def read_training_checkpoint(path: Path | str, contents: tuple[str, ...] = ("mod
     otherwise."""
     ckpt = load(Path(path))
     if ckpt.get("format") != FORMAT or not isinstance(ckpt.get("config"), dict):
-        raise ValueError(f"{path} is not a terngrad training checkpoint of this version")
+        raise Unusable(f"{path} is not a terngrad training checkpoint of this version")
     for key in contents:
         kind, value = _CONTENTS[key], ckpt.get(key)
         if not isinstance(value, kind) or isinstance(value, bool):
-            raise ValueError(
+            raise Unusable(
                 f"{path} is not a whole terngrad training checkpoint: its {key!r} is "
                 f"{'missing' if key not in ckpt else type(value).__name__}"
             )
@@ -172,7 +177,7 @@ def load_run(path: Path, cfg: TrainConfig) -> dict[str, Any]:
         )
     ranks = (len(ckpt["hook_states"]), len(ckpt["rng_states"]))
     if ranks != (saved.workers, saved.workers) or not 0 <= ckpt["step"] <= 2**62:
-        raise ValueError(
+        raise Unusable(
             f"{path} is not a whole terngrad training checkpoint: it holds {ranks[0]} hook "
             f"states and {ranks[1]} generators for {saved.workers} workers, at step "
             f"{ckpt['step']}"
@@ -181,9 +186,15 @@ def load_run(path: Path, cfg: TrainConfig) -> dict[str, Any]:
     if evaluation is not None and (
         not isinstance(evaluation, dict) or evaluation.get("step") != ckpt["step"]
     ):
-        raise ValueError(
+        raise Unusable(
             f"{path} is not a whole terngrad training checkpoint: its evaluation record is not "
             f"one of step {ckpt['step']}"
+        )
+    named = _NAME.match(Path(path).name)
+    if named and int(named.group(1)) != ckpt["step"]:
+        raise Unusable(
+            f"{path} is not a whole terngrad training checkpoint: it holds step {ckpt['step']}, "
+            f"and its name says step {int(named.group(1))}"
         )
     return ckpt
 

@@ -121,6 +121,14 @@ def launch(
     checkpoint ``resume`` if given, else from the newest in ``cfg.out``. Every check runs
     before anything is written; the run holds ``cfg.out`` until it ends. Returns rank 0's
     summary (``None`` on the other nodes of a cluster)."""
+    with _Signals() as signals:  # (from here: SIGINT stops the run, even if it was ignored)
+        return _launch(cfg, signals, nnodes, node_rank, rdzv_endpoint, resume, max_restarts)
+
+
+def _launch(
+    cfg: TrainConfig, signals: _Signals, nnodes: int, node_rank: int | None,
+    rdzv_endpoint: str | None, resume: str | None, max_restarts: int,
+) -> dict[str, Any] | None:  # fmt: skip
     check_launch(cfg, nnodes, node_rank, rdzv_endpoint, max_restarts)
     check_data(cfg)  # a missing data set fails here, once, with its one-line message
     run_folder.prepare_out(cfg, resume)
@@ -133,7 +141,7 @@ def launch(
         warm_up_kernels([cfg], cfg.workers // nnodes)
         if nnodes == 1 and rdzv_endpoint is None:
             with tempfile.TemporaryDirectory() as folder:
-                _spawn(cfg, folder, resume, lock_fd)
+                _spawn(cfg, folder, resume, lock_fd, signals)
                 return json.loads(Path(folder, "summary.json").read_text())
         from torch.distributed import run as torchrun
 
@@ -175,6 +183,58 @@ class Stopped(BaseException):
         self.signum = signum
 
 
+class _Signals:
+    """The launch's own SIGTERM, SIGHUP and SIGINT (set in the main thread, where a handler
+    can be; the handlers before are put back at the end). Each raises :class:`Stopped` (SIGINT
+    ``KeyboardInterrupt``) whatever the launcher inherited: a shell without job control starts
+    a background command with SIGINT ignored, and Python then leaves it ignored — the launcher
+    would train on, its workers with it. Inside :meth:`held` (while the workers are being
+    started, or stopped) a signal is kept and raised when the block ends; once one has been
+    raised the launch is stopping, and later ones change nothing."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self._before: dict[int, Any] = {}
+        self._held = 0
+        self._pending: int | None = None
+        self._stopping = False
+
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is threading.main_thread():
+            self._before = {s: signal.signal(s, self._received) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for s, handler in self._before.items():
+            signal.signal(s, handler)
+
+    def _received(self, signum: int, frame: Any) -> None:
+        if self._stopping:
+            return
+        if self._pending is None:
+            self._pending = signum
+        if not self._held:
+            self._raise()
+
+    def _raise(self) -> None:
+        signum, self._pending, self._stopping = self._pending, None, True
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Stopped(signum)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """A signal that arrives in the block is raised when the block ends, not inside it."""
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+            if not self._held and self._pending is not None:
+                self._raise()
+
+
 class _HeldFd:
     """A file descriptor a worker inherits through the fork server (a duplicate of the same
     open file, so a ``flock`` on it is held by the worker too)."""
@@ -212,19 +272,21 @@ def _spawned_worker(
         Path(folder, "summary.json").write_text(json.dumps(summary))
 
 
-def _spawn(cfg: TrainConfig, folder: str, resume: str | None, lock_fd: int) -> None:
+def _spawn(cfg: TrainConfig, folder: str, resume: str | None, lock_fd: int,
+           signals: _Signals) -> None:  # fmt: skip
     """``torch.multiprocessing.spawn``, but the launcher owns its workers' lifetime: workers
     that do not stop are killed within ``2 * STOP_GRACE`` seconds once one has failed, or once
-    the launcher is sent SIGTERM, SIGHUP or SIGINT (:class:`Stopped`, ``KeyboardInterrupt``);
-    a worker ends by itself when the launcher is gone (even SIGKILLed) and holds the folder's
-    lock (``lock_fd``) until it has. Torch's warnings are kept quiet: the CLI says it in one
-    line."""
+    the launcher is sent SIGTERM, SIGHUP or SIGINT (``signals``: :class:`Stopped`,
+    ``KeyboardInterrupt``); a signal while the workers start is acted on once all have
+    started, one while they are being stopped changes nothing. A worker ends by itself when
+    the launcher is gone (even SIGKILLed) and holds the folder's lock (``lock_fd``) until it
+    has. Torch's warnings are kept quiet: the CLI says it in one line."""
     log = logging.getLogger("torch.multiprocessing.spawn")
     level = log.level
     log.setLevel(logging.ERROR)
     context = None
     try:
-        with _signals_raise_stopped():
+        with signals.held():  # (every worker started, and then a signal that came is raised)
             # a fork server that has imported torch, terngrad and the plots (rank 0 draws
             # the curves) once, for every launch of this process: each worker is forked from
             # it at once instead of importing torch anew (seconds a worker); the server is a
@@ -234,34 +296,15 @@ def _spawn(cfg: TrainConfig, folder: str, resume: str | None, lock_fd: int) -> N
                 _spawned_worker, nprocs=cfg.workers, join=False, start_method="forkserver",
                 args=(cfg, _free_port(), folder, resume, os.getpid(), _HeldFd(lock_fd)),
             )  # fmt: skip
-            while not context.join(grace_period=STOP_GRACE):
-                pass
+        while not context.join(grace_period=STOP_GRACE):
+            pass
     except (Stopped, KeyboardInterrupt):
         if context is not None:
-            _stop(context.processes)
+            with signals.held():  # (a second signal cannot cut the stopping short)
+                _stop(context.processes)
         raise
     finally:
         log.setLevel(level)
-
-
-@contextlib.contextmanager
-def _signals_raise_stopped() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise :class:`Stopped` in the block (the main thread's, where a
-    handler can be set), as SIGINT raises ``KeyboardInterrupt``; the handlers before are
-    restored after it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stopped(signum: int, frame: Any) -> None:
-        raise Stopped(signum)
-
-    before = {s: signal.signal(s, stopped) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, handler in before.items():
-            signal.signal(s, handler)
 
 
 def _stop(processes: list[multiprocessing.Process]) -> None:

@@ -46,11 +46,21 @@ def _writing(out: Path, name: str, step: int) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
+        said = f"cannot write {name} into --out {out} at step {step} ({exc.strerror or exc})"
+        if not out.is_dir():  # its checkpoints went with it: nothing to resume from
+            raise OutputLost(
+                f"{said}: the folder was removed during the run, which stopped there, and its "
+                "checkpoints with it: run the same command again to start afresh"
+            ) from None
+        newest = checkpoints.latest(out)
+        then = (
+            f"resume from its newest checkpoint ({newest.name})"
+            if newest
+            else "start afresh (no checkpoint was written yet)"
+        )
         raise OutputLost(
-            f"cannot write {name} into --out {out} at step {step} "
-            f"({exc.strerror or exc}): the folder was removed, made read-only or filled "
-            "during the run, which stopped there. Make it writable again (or free space) and "
-            "run the same command to resume from its newest checkpoint"
+            f"{said}: the folder was made read-only or filled during the run, which stopped "
+            f"there. Make it writable again (or free space) and run the same command to {then}"
         ) from None
 
 
@@ -99,7 +109,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
         ddp = nn.parallel.DistributedDataParallel(model)
         state = DiLoCo(ddp, optimizer, cfg.local_steps, outer_lr=cfg.outer_lr,
                        outer_momentum=cfg.outer_momentum, overlap=cfg.outer_overlap,
-                       max_comm_share=cfg.max_comm_share, auto_choices=_local_step_choices(cfg),
+                       max_comm_share=cfg.max_comm_share, auto_choices=local_step_choices(cfg),
                        options=cfg.hook_options)  # fmt: skip
     elif cfg.baseline is None:  # (frozen-adamw: the hook exchanges its momentum after warm-up)
         ddp = nn.parallel.DistributedDataParallel(model)
@@ -213,8 +223,9 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
     progress.close()
     if isinstance(state, DiLoCo):  # overlap: the exchange in flight lands before the end (the
         state.finish()  # last checkpoint holds it in flight: an extended run resumes bitwise)
+    final_loss = None  # (the last evaluation's record says it, unless no step was trained)
     if end <= start:  # nothing left to train: evaluate what the checkpoint holds
-        _, accuracy = evaluate(model, data, rank, world)
+        final_loss, accuracy = evaluate(model, data, rank, world)
         began = time.perf_counter() - elapsed  # (that evaluation is not the run's time)
     wire = clock.mean_wire_bytes()  # a collective: every rank
     if rank != 0:
@@ -222,10 +233,11 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
     stats = state.stats if state is not None else None
     seconds = time.perf_counter() - began
     with _writing(out, outputs.SUMMARY, done):
-        return outputs.write_summary(cfg, stats, accuracy, seconds, clock.train_seconds, wire, done)
+        return outputs.write_summary(cfg, stats, accuracy, seconds, clock.train_seconds, wire,
+                                     done, final_loss)  # fmt: skip
 
 
-def _local_step_choices(cfg: TrainConfig) -> list[int] | None:
+def local_step_choices(cfg: TrainConfig) -> list[int] | None:
     """``--local-steps auto``: the values of ``H`` that divide the steps, the evaluation and
     the checkpoint periods (the replicas are one model only after an outer step)."""
     if cfg.local_steps != "auto":

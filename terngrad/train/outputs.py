@@ -85,20 +85,23 @@ def title(cfg: TrainConfig) -> str:
 
 def write_summary(
     cfg: TrainConfig, stats: Any, accuracy: float, seconds: float, train_seconds: float,
-    wire: float | None, steps: int | None = None,
+    wire: float | None, steps: int | None = None, loss: float | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """``summary.json`` and ``curves.png`` in ``cfg.out`` from its metrics and the hook's
     ``stats`` (``None`` for PyTorch's baselines); ``steps``: the steps trained (fewer than
-    ``cfg.steps`` where the run stopped at its target accuracy). Returns the summary."""
+    ``cfg.steps`` where the run stopped at its target accuracy); ``loss``: the test loss of
+    the evaluation that gave ``accuracy`` where the metrics hold no record of it (a run with
+    nothing left to train evaluates its checkpoint). Returns the summary."""
     out = Path(cfg.out)
     metrics = read_metrics(out / METRICS)
+    losses = [m["loss"] for m in metrics] + ([] if loss is None else [loss])
     summary = {
         "method": cfg.method,
         "accuracy": accuracy,
         "best_accuracy": max((m["accuracy"] for m in metrics), default=accuracy),
         # the last evaluation's test loss (nats per prediction) and the lowest one
-        "loss": metrics[-1]["loss"] if metrics else None,
-        "best_loss": min((m["loss"] for m in metrics), default=None),
+        "loss": losses[-1] if losses else None,
+        "best_loss": min(losses, default=None),
         "steps": cfg.steps if steps is None else steps,
         "stopped_at_target": steps is not None and steps < cfg.steps,
         # what terngrad's hook handed to the collectives (None for PyTorch's baselines)

@@ -13,10 +13,11 @@ run's files overwritten.
 * :func:`foreign_outputs` lists the files a run writes (metrics, summary, curves) that a folder
   already holds, which the trainer refuses to overwrite unless they are its own run's.
 * :func:`prepare_out` makes every check of a run's folder that writes nothing: writable, the
-  checkpoint it would resume from whole and of this run, no two histories mixed, no other
-  run's outputs overwritten. :func:`write_run_config` marks the folder as the run's
-  (``config.json``), and :func:`seed_metrics` starts the metrics of a run resumed from another
-  folder's checkpoint.
+  checkpoint it would resume from whole, of this run and fitting it (every field a worker
+  reads: :mod:`terngrad.train.checkpoint_fit`), no two histories mixed, no other run's outputs
+  overwritten. :func:`write_run_config` marks the folder as the run's (``config.json``),
+  and :func:`seed_metrics` starts the metrics of a run resumed from another folder's
+  checkpoint.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from terngrad.train import checkpoints
+from terngrad.train.checkpoint_fit import check_fit
 from terngrad.train.config import RESUMABLE_CHANGES, TrainConfig
 from terngrad.train.outputs import CURVES, METRICS, SUMMARY, truncate_metrics
 from terngrad.util.files import LEFTOVER, atomic_write_text, read_json, read_text
@@ -147,7 +149,15 @@ def prepare_out(cfg: TrainConfig, resume: str | None = None) -> Path:
     """Every check of ``cfg.out`` that writes nothing (a launch makes them again once it holds
     the folder): a folder, or none yet, that can be written; the checkpoint the run would
     resume from is whole, of this run and not past ``cfg.steps``; no history is mixed with
-    another; no other run's outputs are overwritten. ``ValueError`` with one line otherwise."""
+    another; no other run's outputs are overwritten. ``ValueError`` with one line otherwise
+    (a name the file system refuses, too long for one, included)."""
+    try:
+        return _prepare_out(cfg, resume)
+    except OSError as exc:  # the folder's own name or path: ENAMETOOLONG, ELOOP, EACCES
+        raise ValueError(f"cannot use --out {cfg.out}: {exc.strerror or exc}") from None
+
+
+def _prepare_out(cfg: TrainConfig, resume: str | None) -> Path:
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a folder")
@@ -163,10 +173,11 @@ def prepare_out(cfg: TrainConfig, resume: str | None = None) -> Path:
                 "resume from: choose another --out, or delete them"
             )
         return out
-    try:
-        ckpt = checkpoints.load_run(start, cfg)  # fail now, not in every worker
-    except ValueError as exc:
-        if resume is not None or "is damaged" not in str(exc):
+    try:  # every field a worker reads, against the run it will build: fail now, not in each
+        ckpt = checkpoints.load_run(start, cfg)
+        check_fit(start, ckpt, cfg)
+    except checkpoints.Unusable as exc:
+        if resume is not None:
             raise
         older = [s for s in checkpoints.steps(out) if s < checkpoints.steps(out)[-1]]
         then = f"resume from the one before it (step {older[-1]})" if older else "start afresh"

@@ -42,8 +42,9 @@ class Range:
         return isinstance(value, int | float) and math.isfinite(value) and self.test(value)
 
 
-POSITIVE_INT = Range(int, lambda v: v >= 1, "a positive integer")
-NON_NEGATIVE_INT = Range(int, lambda v: v >= 0, "an integer >= 0")
+#: counts (steps, workers, sizes) are int64 wherever torch keeps them
+POSITIVE_INT = Range(int, lambda v: 1 <= v < 2**63, "a positive integer below 2**63")
+NON_NEGATIVE_INT = Range(int, lambda v: 0 <= v < 2**63, "an integer >= 0, below 2**63")
 INT64 = Range(int, lambda v: -(2**63) <= v < 2**63, "an integer from -2**63 to 2**63 - 1")
 POSITIVE = Range(float, lambda v: v > 0, "a positive finite number")
 NON_NEGATIVE = Range(float, lambda v: v >= 0, "a finite number >= 0")
@@ -58,8 +59,8 @@ def int_or_auto(text: str) -> int | str:
 
 POSITIVE_INT_OR_AUTO = Range(
     int_or_auto,
-    lambda v: v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1),
-    "a positive integer or auto",
+    lambda v: v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v < 2**63),
+    "a positive integer below 2**63, or auto",
 )
 
 

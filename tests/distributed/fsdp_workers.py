@@ -156,3 +156,17 @@ def reduce_scatter_against_the_exchange(rank: int, world: int, numel: int) -> di
         "skipped": skipped,
         "beside": beside,
     }
+
+
+def divide_factor(rank: int, world: int, factor: float) -> str:
+    """One backward with ``set_gradient_divide_factor(factor)``: what it raised, in its last
+    line."""
+    net = build()
+    terngrad.fsdp.register(net)
+    net.set_gradient_divide_factor(factor)
+    x, y = batch(0, rank)
+    try:
+        nn.functional.cross_entropy(net(x), y).backward()
+    except Exception as exc:  # whatever FSDP lets through
+        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1]}"
+    return "accepted"

@@ -85,3 +85,14 @@ def test_what_it_cannot_serve_is_one_line_at_register(world):
     assert said[3].startswith("terngrad.fsdp: fuse_buckets is the DDP hook's")
     assert said[4] == "terngrad.fsdp: this model is registered already; register it once"
     assert all("\n" not in s for s in said)
+
+
+def test_a_gradient_divide_factor_is_refused_in_terngrads_words():
+    """Every FSDP group goes through terngrad's check, the ones it keeps in full precision
+    whole included (here the root's: the norm and the head), whose reduce-scatter was FSDP's
+    own and failed with gloo's "Cannot use ReduceOp.PREMUL_SUM with Gloo" (issue 42)."""
+    said = run(fw.divide_factor, 2, 3.0)
+    for line in said:
+        assert line.startswith("ValueError: terngrad.fsdp: FSDP asked for a reduce-scatter with "
+                               "ReduceOp.PREMUL_SUM (a gradient divide factor)"), line  # fmt: skip
+        assert "leave set_gradient_divide_factor unset" in line

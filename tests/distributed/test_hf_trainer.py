@@ -97,6 +97,15 @@ def test_what_the_callback_cannot_serve_is_refused_when_the_trainer_is_made(
     assert expected in _one_line(exc)
 
 
+def test_fp16_is_refused_on_the_cpu_too(tmp_path):
+    """The CPU's accelerator makes no GradScaler for fp16=True, and the Trainer trains on:
+    refused all the same, when the Trainer is made (issue 42)."""
+    with pytest.raises(RuntimeError) as exc:
+        Trainer(model=w.tiny_gpt2(), args=w.training_args(str(tmp_path), fp16=True),
+                train_dataset=w.toy_data(16), callbacks=[TernGradCallback()])  # fmt: skip
+    assert "TrainingArguments(fp16=True) scales the loss with a GradScaler" in _one_line(exc)
+
+
 def test_several_processes_without_ddp_are_refused(tmp_path, monkeypatch):
     trainer = _trainer(tmp_path)
     monkeypatch.setattr(Accelerator, "num_processes", property(lambda self: 2))

@@ -77,3 +77,24 @@ def test_only_the_tools_own_namespaces_count():
     assert testbed._ours("tg-hub", "tg") and testbed._ours("tg-r12", "tg")
     for other in ("tg-router", "tg-r", "tg-r1x", "tgx-r1", "tg", "other-r1"):
         assert not testbed._ours(other, "tg")
+
+
+def test_namespaces_of_the_users_in_the_way_are_status_2_and_nothing_is_written(
+    monkeypatch, tmp_path, capsys
+):
+    """A namespace with the testbed's name that it did not make is the user's to clear: one
+    line, status 2 (it was 1, as for a machine that cannot host the testbed), before the
+    results folder is made. (Nothing is made: the host's namespaces are listed, not touched.)"""
+    from terngrad.cli import main
+
+    monkeypatch.setattr(testbed, "check_host", lambda: None)
+    monkeypatch.setattr(testbed, "_read_record", lambda prefix: None)
+    monkeypatch.setattr(testbed, "_namespaces", lambda: ["tg-r1", "other"])
+    out = tmp_path / "results"
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "network", "--workers", "2", "--methods", "fp32", "--out", str(out)])
+    assert exc.value.code == 2
+    said = capsys.readouterr().err.strip().splitlines()[-1]  # (after the line it starts with)
+    assert said.startswith("terngrad: error: namespaces tg-r1 already exist and terngrad's "
+                           "testbed did not make them"), said  # fmt: skip
+    assert not out.exists()

@@ -92,6 +92,8 @@ BAD_VALUES = [
     (["--bogus"], "terngrad: error: unrecognized arguments: --bogus (see terngrad --help)"),
     (["--out"], "terngrad train: error: argument --out: expected one argument (see terngrad"),
     (["--out", ""], "out must name a folder, got ''"),
+    (["--steps", str(2**63)], "argument --steps: expected a positive integer below 2**63"),
+    (["--out", "x" * 300], f"cannot use --out {'x' * 300}: File name too long"),
 ]
 
 

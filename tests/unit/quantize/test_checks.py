@@ -211,3 +211,18 @@ def test_the_fused_kernels_check_the_buffer_they_write():
     out = torch.empty(64)
     kernels.decode_into(out, payload, codec, 1, 1, 0, layout, scales)
     assert torch.equal(out, torch.zeros(64))
+
+
+@pytest.mark.parametrize("name", ["terngrad", "qsgd", "fp32"])
+def test_sparse_and_meta_tensors_are_refused_naming_what_they_are(name):
+    """Not torch's own RuntimeError ("Sparse CSR tensors do not have is_contiguous",
+    "Tensor.item() cannot be called on meta tensors"): a TypeError saying what it is (issue 42)."""
+    q = quantize.get(name)
+    dense = torch.randn(6, 8, generator=_gen())
+    for bad, kind in ((dense.to_sparse(), "a sparse_coo one"),
+                      (dense.to_sparse_csr(), "a sparse_csr one")):  # fmt: skip
+        _refused(TypeError, f"gradient must be a dense \\(strided\\) tensor, got {kind}: pass "
+                 "grad.to_dense", q.encode, bad)  # fmt: skip
+    _refused(TypeError, "gradient is a meta tensor", q.encode, torch.empty(6, 8, device="meta"))
+    enc = q.encode(dense, generator=_gen())
+    _refused(TypeError, "out must be a dense", q.decode, enc, out=torch.zeros(48).to_sparse())
