@@ -62,7 +62,7 @@ def test_overlap_resumes_bitwise_and_auto_chooses_and_keeps_h(tmp_path, capsys):
         (["--steps", "4", "--baseline", "fp16"], "not with fp16"),
         (["--steps", "4", "--optimizer", "local-adamw"], "not with local-adamw"),
         (["--steps", "4", "--local-steps", "0"], "--local-steps"),
-        (["--steps", "4", "--local-steps", "automatic"], "a positive integer or auto"),
+        (["--steps", "4", "--local-steps", "automatic"], "or auto, got 'automatic'"),
         (
             ["--steps", "4", "--local-steps", "auto", "--eval-every", "2"],
             "local-steps auto chooses H at inner step 4: eval-every must be at least 4, got 2",
