@@ -66,6 +66,9 @@ def config(args: argparse.Namespace, **fixed: Any):
 
 
 def train(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from terngrad.train.board import EVENTS
     from terngrad.train.launch import launch
 
     cfg = config(args, out=args.out, progress=not args.quiet)
@@ -90,10 +93,11 @@ def train(args: argparse.Namespace) -> int:
             else f"test accuracy {100 * summary['accuracy']:.2f}%"
         )
         stopped = " (its target, --stop-at-accuracy)" if summary.get("stopped_at_target") else ""
+        events = ", events.out.tfevents.*" if any(Path(cfg.out).glob(EVENTS)) else ""
         print(
             f"{score} after {summary['steps']} steps{stopped}; {sent}; "
             f"{summary['seconds']:.0f} s; outputs in {cfg.out}/ (metrics.jsonl, summary.json, "
-            "checkpoint-*.pt, curves.png)"
+            f"checkpoint-*.pt, curves.png{events})"
         )
     return 0
 

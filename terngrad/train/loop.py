@@ -26,6 +26,7 @@ from terngrad.comm.momentum import MomentumSource
 from terngrad.diloco import DiLoCo
 from terngrad.train import baselines, checkpoints, models, outputs, text
 from terngrad.train import data as datasets
+from terngrad.train.board import Board
 from terngrad.train.config import PER_NODE, TrainConfig
 from terngrad.train.progress import Progress
 from terngrad.train.setup import build_model, load_data, make_optimizer, make_schedule
@@ -142,6 +143,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
         state.settle_buckets(ddp, data.train_batch(sampler.batch(start), torch.Generator())[0])
     every = cfg.checkpoint_every or cfg.eval_every
 
+    board = Board.open(out, start, state) if rank == 0 and start < end else Board()
     progress = Progress(cfg.steps, start, enabled=cfg.progress and rank == 0)
     metrics_path = out / outputs.METRICS
     began = time.perf_counter() - elapsed
@@ -211,6 +213,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
             if rank == 0:  # first the record, then the checkpoint (which holds it too): a
                 with _writing(out, outputs.METRICS, done):  # crash between the two leaves a
                     outputs.append_metrics(metrics_path, record)  # record resuming drops
+                board.evaluation(record)
                 progress.note(f"step {done}: {outputs.scores(record)}")
         reached = cfg.stop_at_accuracy is not None and accuracy >= cfg.stop_at_accuracy
         if (done % every == 0 or done == cfg.steps or reached) and not skipped_in_a_row:
@@ -218,9 +221,11 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
             save_checkpoint(cfg, model, optimizer, lr_schedule, state, done, seconds, clock, record)
         sent = state.stats.bytes_sent if state is not None else clock.wire_bytes
         progress.update(done, loss.item(), accuracy, sent)
+        board.step(done, loss.item(), lr, state)
         if reached:  # right after the evaluation that reached it, the same on every rank
             break
     progress.close()
+    board.close()
     if isinstance(state, DiLoCo):  # overlap: the exchange in flight lands before the end (the
         state.finish()  # last checkpoint holds it in flight: an extended run resumes bitwise)
     final_loss = None  # (the last evaluation's record says it, unless no step was trained)

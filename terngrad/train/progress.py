@@ -1,7 +1,7 @@
-"""A progress line for rank 0: steps, loss, accuracy, megabytes sent, rate and time left.
+"""Progress for rank 0: steps, loss, accuracy, megabytes sent, rate and time left.
 
-On a terminal it redraws one line (at most a few times a second); elsewhere (logs, CI) it
-prints a plain line at each evaluation and at the end, so logs stay short.
+On a terminal, a tqdm bar (redrawn in place, the events printed above it); elsewhere (logs,
+CI) a plain line at each evaluation and at the end, so logs stay short.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import math
 import sys
 import time
 
+from tqdm import tqdm
+
 
 class Progress:
     """``update(step, loss, accuracy, bytes_sent)`` after each step; ``note(text)`` for events."""
@@ -17,9 +19,12 @@ class Progress:
     def __init__(self, total: int, start: int = 0, enabled: bool = True, stream=None) -> None:
         self.total, self.start, self.enabled = total, start, enabled
         self.stream = stream or sys.stderr
-        self.tty = self.enabled and self.stream.isatty()
+        self.bar = (
+            tqdm(total=total, initial=start, file=self.stream, unit="step", dynamic_ncols=True)
+            if self.enabled and self.stream.isatty()
+            else None
+        )
         self.began = time.perf_counter()
-        self.last_draw = 0.0
         self.line = ""
 
     def _render(self, step: int, loss: float, accuracy: float, bytes_sent: int) -> str:
@@ -38,26 +43,30 @@ class Progress:
     def update(self, step: int, loss: float, accuracy: float, bytes_sent: int) -> None:
         if not self.enabled:
             return
-        self.line = self._render(step, loss, accuracy, bytes_sent)
-        now = time.perf_counter()
-        if self.tty and (now - self.last_draw > 0.2 or step == self.total):
-            self.stream.write("\r" + self.line)
-            self.stream.flush()
-            self.last_draw = now
+        if self.bar is None:
+            self.line = self._render(step, loss, accuracy, bytes_sent)
+            return
+        acc = f"{100 * accuracy:.2f}%" if not math.isnan(accuracy) else "-"
+        self.bar.set_postfix_str(
+            f"loss {loss:.4f} acc {acc} sent {bytes_sent / 1e6:.2f} MB", refresh=False
+        )
+        self.bar.update(step - self.bar.n)
 
     def note(self, text: str) -> None:
         if not self.enabled:
             return
-        if self.tty:
-            self.stream.write("\r" + " " * len(self.line) + "\r")
+        if self.bar is not None:
+            self.bar.write(text, file=self.stream)
+            return
         self.stream.write(text + "\n")
         self.stream.flush()
 
     def close(self) -> None:
         if not self.enabled:
             return
-        if self.tty:
-            self.stream.write("\n")
-        elif self.line:
+        if self.bar is not None:
+            self.bar.close()
+            return
+        if self.line:
             self.stream.write(self.line + "\n")
         self.stream.flush()
