@@ -213,7 +213,8 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
             if rank == 0:  # first the record, then the checkpoint (which holds it too): a
                 with _writing(out, outputs.METRICS, done):  # crash between the two leaves a
                     outputs.append_metrics(metrics_path, record)  # record resuming drops
-                board.evaluation(record)
+                with _writing(out, Board.NAME, done):
+                    board.evaluation(record)
                 progress.note(f"step {done}: {outputs.scores(record)}")
         reached = cfg.stop_at_accuracy is not None and accuracy >= cfg.stop_at_accuracy
         if (done % every == 0 or done == cfg.steps or reached) and not skipped_in_a_row:
@@ -221,11 +222,13 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
             save_checkpoint(cfg, model, optimizer, lr_schedule, state, done, seconds, clock, record)
         sent = state.stats.bytes_sent if state is not None else clock.wire_bytes
         progress.update(done, loss.item(), accuracy, sent)
-        board.step(done, loss.item(), lr, state)
+        with _writing(out, Board.NAME, done):
+            board.step(done, loss.item(), lr, state)
         if reached:  # right after the evaluation that reached it, the same on every rank
             break
     progress.close()
-    board.close()
+    with _writing(out, Board.NAME, done):
+        board.close()
     if isinstance(state, DiLoCo):  # overlap: the exchange in flight lands before the end (the
         state.finish()  # last checkpoint holds it in flight: an extended run resumes bitwise)
     final_loss = None  # (the last evaluation's record says it, unless no step was trained)
