@@ -96,14 +96,19 @@ def workers_of(launcher: int) -> list[int]:
 
 def gone(pid: int, seconds: float = 10) -> bool:
     """Whether process ``pid`` has ended (or is a zombie waiting to be reaped) within
-    ``seconds`` (0: now)."""
+    ``seconds`` (0: now): every thread of it, not its main thread alone (a process ended by
+    another thread's ``os._exit`` shows its main thread a zombie while the others still tear
+    down its memory, its files, the run folder's lock among them, still open)."""
     deadline = time.monotonic() + seconds
     while True:
         try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):  # reaped between open and read
+            states = [
+                Path(task, "stat").read_text().rsplit(")", 1)[1].split()[0]
+                for task in Path(f"/proc/{pid}/task").iterdir()
+            ]
+        except (FileNotFoundError, ProcessLookupError):  # reaped between listing and reading
             return True
-        if state in ("Z", "X"):
+        if all(state in ("Z", "X") for state in states):
             return True
         if time.monotonic() >= deadline:
             return False
