@@ -19,6 +19,10 @@ the strategy's DDP model and the LightningModule's optimizer (the inner one, unt
 per-step all-reduce becomes a no-op, and ``on_train_batch_end`` counts an inner step each time
 ``trainer.global_step`` advances (after accumulation), every ``H``-th the outer step;
 ``on_train_end`` lands an update still in flight.
+
+Checkpoints: the callback's ``state_dict`` gathers every rank's terngrad state into Lightning's
+checkpoint; ``fit(..., ckpt_path=...)`` gives each rank its own back at ``on_train_start``
+(:mod:`terngrad.integrations.checkpoints`), so that the resumed run continues bit for bit.
 """
 
 from __future__ import annotations

@@ -28,6 +28,11 @@ clipping and schedule, untouched), DDP's per-step all-reduce becomes a no-op, an
 ``H``-th the outer step; ``on_train_end`` lands an update still in flight. Evaluate at multiples
 of ``H`` (``eval_steps``): between outer steps each rank holds its own replica.
 
+Checkpoints: at ``on_save`` each rank writes its terngrad state (the hook's, or the DiLoCo's)
+into the checkpoint folder as ``terngrad-rank{r}.pt``; ``train(resume_from_checkpoint=...)``
+loads it at ``on_train_begin`` (:mod:`terngrad.integrations.checkpoints`), so that the resumed
+run continues bit for bit.
+
 Loud, not silent: DeepSpeed, FSDP and loss scaling (``fp16=True``) are refused when the Trainer
 is made (``on_init_end``; at ``on_train_begin`` for a callback added later), as is a run of
 several processes whose model the Trainer did not wrap in torch's DDP; one process warns and
