@@ -19,18 +19,24 @@ the strategy's DDP model and the LightningModule's optimizer (the inner one, unt
 per-step all-reduce becomes a no-op, and ``on_train_batch_end`` counts an inner step each time
 ``trainer.global_step`` advances (after accumulation), every ``H``-th the outer step;
 ``on_train_end`` lands an update still in flight.
+
+Checkpoints: the callback's ``state_dict`` gathers every rank's terngrad state into Lightning's
+checkpoint; ``fit(..., ckpt_path=...)`` gives each rank its own back at ``on_train_start``
+(:mod:`terngrad.integrations.checkpoints`), so that the resumed run continues bit for bit.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch.distributed as dist
 from torch import nn
 
 from terngrad.comm.hook import State, check_registrable, hook
 from terngrad.comm.methods import hook_options
 from terngrad.comm.options import Options
 from terngrad.diloco import DiLoCo, check_outer_settings
+from terngrad.integrations import checkpoints
 from terngrad.integrations.common import drop_gradients, loss_scaling_refused, warn_one_process
 
 try:  # the unified package, or the standalone one
@@ -76,6 +82,7 @@ class TernGradCallback(Callback):
         #: when fitting starts unless given
         self.state: State | DiLoCo | None = state
         self._global_step = 0
+        self._saved: dict[str, Any] | None = None  # the checkpoint's ranks' states, to load
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         strategy = trainer.strategy
@@ -125,6 +132,35 @@ class TernGradCallback(Callback):
         self.state.build()
         model.register_comm_hook(self.state, hook)
 
+    def state_dict(self) -> dict[str, Any]:
+        """Every rank's terngrad state, for Lightning's checkpoint (called on every rank, which
+        ``trainer.save_checkpoint`` requires; Lightning writes rank 0's return alone): gathered
+        with an object all-gather into one list, rank by rank, so that they live and die with
+        the one file ModelCheckpoint names, keeps and removes."""
+        if self.state is None or not _several_ranks():
+            return {}
+        every: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(every, checkpoints.rank_entry(self.state))
+        return {"ranks": every}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Keep the checkpoint's states until training starts (:meth:`on_train_start`)."""
+        self._saved = state_dict
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        """Resuming (``fit(..., ckpt_path=...)``), after Lightning restored its model,
+        optimizer, schedule and loops: each rank loads its own terngrad state (a checkpoint
+        made without the callback: a warning, and terngrad starts afresh)."""
+        self._global_step = trainer.global_step  # (restored after on_fit_start)
+        saved, self._saved = self._saved, None
+        if self.state is None or trainer.ckpt_path is None or not _several_ranks():
+            return
+        ranks = (saved or {}).get("ranks") or []
+        rank = dist.get_rank()
+        entry = ranks[rank] if rank < len(ranks) else None
+        if checkpoints.agree_saved(entry, f"checkpoint {trainer.ckpt_path}"):
+            checkpoints.load_entry(self.state, entry)
+
     def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
         """Local steps: an inner step done when the optimizer stepped (``global_step`` moved:
         not on an accumulation micro-batch); every ``H``-th, the outer step."""
@@ -140,3 +176,8 @@ class TernGradCallback(Callback):
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
         if self.state is not None and self.state.last_step_skipped:  # zeroed everywhere: no-op
             drop_gradients(optimizer)
+
+
+def _several_ranks() -> bool:
+    """Whether the hook is in use: a process group of more than one rank."""
+    return dist.is_initialized() and dist.get_world_size() > 1

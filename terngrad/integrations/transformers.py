@@ -28,6 +28,11 @@ clipping and schedule, untouched), DDP's per-step all-reduce becomes a no-op, an
 ``H``-th the outer step; ``on_train_end`` lands an update still in flight. Evaluate at multiples
 of ``H`` (``eval_steps``): between outer steps each rank holds its own replica.
 
+Checkpoints: at ``on_save`` each rank writes its terngrad state (the hook's, or the DiLoCo's)
+into the checkpoint folder as ``terngrad-rank{r}.pt``; ``train(resume_from_checkpoint=...)``
+loads it at ``on_train_begin`` (:mod:`terngrad.integrations.checkpoints`), so that the resumed
+run continues bit for bit.
+
 Loud, not silent: DeepSpeed, FSDP and loss scaling (``fp16=True``) are refused when the Trainer
 is made (``on_init_end``; at ``on_train_begin`` for a callback added later), as is a run of
 several processes whose model the Trainer did not wrap in torch's DDP; one process warns and
@@ -36,17 +41,21 @@ trains without the hook.
 
 from __future__ import annotations
 
+import os
 import sys
+import warnings
+from types import FrameType
 from typing import Any
 
 from torch import nn
 from transformers import Trainer, TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from terngrad.comm.hook import State
 from terngrad.comm.methods import hook_options
 from terngrad.comm.traffic import ring_bytes
 from terngrad.diloco import DiLoCo, check_outer_settings
-from terngrad.integrations import accelerate
+from terngrad.integrations import accelerate, checkpoints
 from terngrad.integrations.common import drop_gradients, loss_scaling_refused, warn_one_process
 
 __all__ = ["TernGradCallback"]
@@ -102,6 +111,7 @@ class TernGradCallback(TrainerCallback):
         if self.state is not None and (
             any(s is self.state for _, s in hooks) or isinstance(self.state, DiLoCo)
         ):
+            self._load_saved(trainer)
             return  # a later train() on the same DDP model: the hook is on already
         world = trainer.accelerator.num_processes
         if world == 1:
@@ -122,6 +132,38 @@ class TernGradCallback(TrainerCallback):
             self.state = accelerate.register(trainer.accelerator, wrapped, options=self.options)
         numel = sum(p.numel() for p in ddp.module.parameters() if p.requires_grad)
         self._fp32_bytes = ring_bytes(4 * numel, world)
+        self._load_saved(trainer)
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Each rank's terngrad state into the checkpoint folder the Trainer just wrote, as
+        ``terngrad-rank{r}.pt`` beside its ``rng_state_{r}.pth`` (one file per rank, written
+        atomically: no collective, no rank holding the others' state, and the Trainer's
+        rotation of checkpoints removes them with the folder)."""
+        if self.state is None:
+            return
+        trainer = _calling_trainer()
+        run_dir = trainer._get_output_dir(trial=getattr(trainer, "_trial", None))
+        folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        checkpoints.save_file(folder, checkpoints.rank_entry(self.state))
+
+    def _load_saved(self, trainer: Trainer) -> None:
+        """At ``on_train_begin`` (the Trainer has loaded its model, optimizer and schedule;
+        terngrad's hook or DiLoCo is made): a ``train(resume_from_checkpoint=...)`` resumes
+        terngrad's state too, each rank its own file (:mod:`terngrad.integrations.checkpoints`)."""
+        path = _resumed_from()
+        if path is None:
+            if trainer.state.global_step:  # resumed, and the Trainer no longer says from where
+                warnings.warn(
+                    "terngrad: this Trainer resumes at step "
+                    f"{trainer.state.global_step} from a checkpoint terngrad cannot find: "
+                    "terngrad's state starts afresh",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            return
+        entry = checkpoints.read_file(path)
+        if checkpoints.agree_saved(entry, f"checkpoint {path}"):
+            checkpoints.load_entry(self.state, entry)
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any,
                               optimizer: Any = None, **kwargs: Any) -> None:  # fmt: skip
@@ -163,11 +205,25 @@ def _calling_trainer() -> Trainer:
     """The Trainer whose callback event is running. Callbacks are handed the unwrapped model,
     not the Trainer nor its DDP wrapper; every event is called by a Trainer method (through
     its CallbackHandler), so the Trainer is the ``self`` of a frame further up the stack."""
+    return _trainer_frame().f_locals["self"]
+
+
+def _resumed_from() -> str | None:
+    """The checkpoint folder the running ``train()`` resumes from, if any: the
+    ``resume_from_checkpoint`` of the Trainer method that fires ``on_train_begin``
+    (``_inner_training_loop``, ``True`` already made the newest checkpoint's folder); the
+    Trainer keeps it nowhere else."""
+    path = _trainer_frame().f_locals.get("resume_from_checkpoint")
+    return None if path is None else str(path)
+
+
+def _trainer_frame() -> FrameType:
+    """The frame of the Trainer method that called the running callback event."""
     frame = sys._getframe(1)
     while frame is not None:
         owner = frame.f_locals.get("self")
         if issubclass(type(owner), Trainer):  # type(): no proxy is asked for its __class__
-            return owner
+            return frame
         frame = frame.f_back
     raise RuntimeError(
         "terngrad: TernGradCallback serves a transformers.Trainer and none is running here: "
