@@ -208,7 +208,7 @@ def _fsdp_version(trainer: Trainer) -> int | None:
     plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
     if plugin is not None:
         return plugin.fsdp_version
-    asked = trainer.args.fsdp_plugin_args
+    asked = getattr(trainer.args, "fsdp_plugin_args", None)
     return asked["fsdp_version"] if asked else None
 
 
