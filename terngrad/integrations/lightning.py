@@ -10,8 +10,14 @@ registered. Under automatic optimization backward runs inside ``optimizer.step(c
 ``if not state.last_step_skipped: optimizer.step()`` cannot be written; the callback drops the
 gradients of a skipped step instead (``on_before_optimizer_step``: parameters without a
 gradient are left alone by every torch optimizer: no update, no momentum, no weight decay).
-A strategy that does not train through torch's DDP (FSDP, DeepSpeed) takes no communication
-hook: the callback fails at once rather than let it train without terngrad.
+
+FSDP2 (``ModelParallelStrategy`` with a ``configure_model`` that calls ``fully_shard``): at
+``on_fit_start`` (after ``configure_model`` and the optimizers' setup, before the first
+backward) the callback puts TernGrad in the FSDP modules' reduce-scatter
+(:func:`terngrad.fsdp.register`); a skipped step's gradients are dropped as under DDP. Any
+other strategy that does not train through torch's DDP (``FSDPStrategy``, FSDP version 1;
+DeepSpeed) reduces the gradients out of terngrad's reach: the callback fails at once rather
+than let it train without terngrad.
 
 Local steps (``TernGradCallback(local_steps=16, outer_lr=0.7, outer_momentum=0.9)``, or
 ``"auto"``, ``overlap=True``): at ``on_fit_start`` a :class:`terngrad.diloco.DiLoCo` is made on
@@ -32,12 +38,19 @@ from typing import Any
 import torch.distributed as dist
 from torch import nn
 
+import terngrad.fsdp
 from terngrad.comm.hook import State, check_registrable, hook
 from terngrad.comm.methods import hook_options
 from terngrad.comm.options import Options
 from terngrad.diloco import DiLoCo, check_outer_settings
 from terngrad.integrations import checkpoints
-from terngrad.integrations.common import drop_gradients, loss_scaling_refused, warn_one_process
+from terngrad.integrations.common import (
+    drop_gradients,
+    fully_sharded,
+    loss_scaling_refused,
+    register_sharded,
+    warn_one_process,
+)
 
 try:  # the unified package, or the standalone one
     from lightning.pytorch import Callback
@@ -78,15 +91,20 @@ class TernGradCallback(Callback):
         if self.local is not None:
             defaults = False  # (its error feedback on unless given)
         self._options = None if defaults else hook_options(quantizer, topology, **settings)
-        #: the hook's state (bytes in ``state.stats``), or the DiLoCo with local steps; made
-        #: when fitting starts unless given
-        self.state: State | DiLoCo | None = state
+        #: the hook's state (bytes in ``state.stats``), or the DiLoCo with local steps, or
+        #: terngrad.fsdp's under FSDP2; made when fitting starts unless given
+        self.state: State | DiLoCo | terngrad.fsdp.State | None = state
         self._global_step = 0
         self._saved: dict[str, Any] | None = None  # the checkpoint's ranks' states, to load
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         strategy = trainer.strategy
         model = strategy.model
+        if getattr(trainer.precision_plugin, "scaler", None) is not None:
+            raise loss_scaling_refused("precision='16-mixed'", "precision='bf16-mixed' or 32")
+        if fully_sharded(model):  # FSDP2: fully_shard in configure_model
+            self._register_sharded(trainer, model)
+            return
         own = getattr(strategy, "_ddp_comm_state", None)
         if isinstance(own, State) and own is not self.state:
             if self.state is not None or self._options is not None:
@@ -97,8 +115,6 @@ class TernGradCallback(Callback):
             self.state = own
         if self.state is None and self.local is None:
             self.state = State(options=self._options or Options())
-        if getattr(trainer.precision_plugin, "scaler", None) is not None:
-            raise loss_scaling_refused("precision='16-mixed'", "precision='bf16-mixed' or 32")
         if not isinstance(model, nn.parallel.DistributedDataParallel):
             if trainer.world_size == 1:
                 warn_one_process()
@@ -106,7 +122,8 @@ class TernGradCallback(Callback):
             raise RuntimeError(
                 f"terngrad: the {type(strategy).__name__} strategy does not train through "
                 "torch's DistributedDataParallel, so it takes no communication hook and would "
-                "train without terngrad: use strategy='ddp' (or DDPStrategy(...))"
+                "train without terngrad: use strategy='ddp' (or DDPStrategy(...)), or "
+                "ModelParallelStrategy with fully_shard in configure_model (FSDP2)"
             )
         if self.local is not None:
             if model._comm_hooks:
@@ -160,6 +177,21 @@ class TernGradCallback(Callback):
         entry = ranks[rank] if rank < len(ranks) else None
         if checkpoints.agree_saved(entry, f"checkpoint {trainer.ckpt_path}"):
             checkpoints.load_entry(self.state, entry)
+
+    def _register_sharded(self, trainer: Any, model: nn.Module) -> None:
+        """FSDP2: TernGrad as the reduce-scatter of the FSDP modules ``configure_model`` made
+        (a later fit of the same model keeps it)."""
+        if isinstance(self.state, terngrad.fsdp.State):
+            return
+        if self.state is not None:
+            raise ValueError(
+                "terngrad: state=... is the DDP hook's, and this strategy shards the model with "
+                "FSDP2: give TernGradCallback the settings instead"
+            )
+        if trainer.world_size == 1:
+            warn_one_process()
+            return
+        self.state = register_sharded(model, self._options, self.local)
 
     def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
         """Local steps: an inner step done when the optimizer stepped (``global_step`` moved:
