@@ -299,6 +299,13 @@ class DiLoCo:
                 else:  # the inner steps since the last outer step kept, on the new anchor
                     p.add_(a - s)
 
+    def wait(self) -> None:
+        """With ``overlap``: wait until the exchange in flight has arrived, without applying it
+        (that stays for the next outer step): call it before a collective of one's own on the
+        exchange's process group, which the exchange's thread would otherwise race."""
+        if self._pending is not None:
+            self._pending.result()
+
     def _outer_update(self, deltas: list[torch.Tensor], skipped: bool) -> None:
         """The outer SGD steps the anchor along the averaged ``deltas`` (or, when a rank's
         were not finite, stays: counted)."""

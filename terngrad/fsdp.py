@@ -140,6 +140,13 @@ class State(RankState):
         zeroed on every rank): skip ``optimizer.step()``."""
         return bool(self._skipped)
 
+    @property
+    def fp32_bytes_per_step(self) -> int:
+        """What FSDP2's own fp32 reduce-scatter sends per rank and step: ``(N-1)/N`` of every
+        group's flat input of ``N`` chunks, 4 bytes an element (:attr:`fp32_bytes_sent` counts
+        the same, call by call)."""
+        return sum((self.link.size - 1) * 4 * g.chunk for g in self.groups)
+
     # --- one group's reduce-scatter
 
     def reduce_scatter(self, index: int, output: torch.Tensor, input: torch.Tensor,
@@ -160,7 +167,7 @@ class State(RankState):
         ranks = self.link.size
         self.fp32_bytes_sent += (ranks - 1) * input.numel() * 4 // ranks
         try:
-            if self.calls[index] <= self.options.full_precision_steps:
+            if self.calls[index] <= self.options.full_precision_steps or all(group.kept):
                 self.link.reduce_scatter(output, input, op)
                 finite = self._agree_finite(bool(torch.isfinite(output).all()), output.device)
             else:
@@ -303,21 +310,6 @@ def _check_op(op: Any) -> None:
         )
 
 
-def _full_precision_class():
-    """FSDP's own reduce-scatter, with :func:`_check_op`: for a group that terngrad keeps in
-    full precision whole (the last layer and small tensors), so that a divide factor is
-    refused there in the same words as in the groups terngrad quantizes (gloo's own message,
-    "Cannot use ReduceOp.PREMUL_SUM with Gloo", said nothing of terngrad)."""
-    from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultReduceScatter
-
-    class CheckedReduceScatter(DefaultReduceScatter):
-        def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
-            _check_op(op)
-            return super().__call__(output_tensor, input_tensor, group, op, async_op)
-
-    return CheckedReduceScatter
-
-
 def _reduce_scatter_class():
     _, ReduceScatter = _fsdp_api()
 
@@ -354,9 +346,9 @@ def register(model: nn.Module, quantizer: str | Options = "terngrad", **options:
         )
     opts = resolve_timeout(opts)  # unset: the default group's (said in state.options)
     state = State(opts, model, groups, twin_group(process_group, opts.timeout))
-    comm, kept = _reduce_scatter_class(), _full_precision_class()
+    comm = _reduce_scatter_class()
     for module, group in groups:
-        module.set_custom_reduce_scatter(kept() if all(group.kept) else comm(state, group.index))
+        module.set_custom_reduce_scatter(comm(state, group.index))
     setattr(model, _REGISTERED, state)
     return state
 
@@ -398,9 +390,13 @@ def _fsdp_groups(
     names = {id(p): n for n, p in model.named_parameters()}
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     kept_names = full_precision_names(trainable, last_layer_names(model), opts)
-    out, meshes, process_group = [], set(), None
+    out, meshes, process_group, seen = [], set(), None, set()
     for module in modules:
-        param_groups = module._get_fsdp_state()._fsdp_param_groups
+        fsdp_state = module._get_fsdp_state()
+        if id(fsdp_state) in seen:  # fully_shard([a, b]): one state, one group, two modules
+            continue
+        seen.add(id(fsdp_state))
+        param_groups = fsdp_state._fsdp_param_groups
         if len(param_groups) > 1:
             raise ValueError(
                 "terngrad.fsdp: a module with several parameter groups (a per-parameter mesh, "

@@ -142,7 +142,8 @@ def add(sub: argparse._SubParsersAction) -> None:
 
     b = bench.add_parser(
         "accuracy",
-        help="time to a target accuracy on a bandwidth-limited cluster, every method in turn",
+        help="time to a target accuracy (or loss) on a bandwidth-limited cluster, every method "
+        "in turn",
     )
     groups = add_settings(
         b,
@@ -158,6 +159,7 @@ def add(sub: argparse._SubParsersAction) -> None:
             "check_replicas_every",
             "timeout",
             "stop_at_accuracy",  # --stop-at-target
+            "stop_at_loss",  # --stop-at-target with --target-loss
             "local_steps",  # a method's (terngrad-ef-local16): --methods names it
             "outer_overlap",  # a method's too (terngrad-ef-local16-overlap)
         ),
@@ -173,12 +175,18 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="a sweep: each rate's comparison into --out/RATE, then sweep.md",
     )  # fmt: skip
     add_methods(g, list(ACCURACY_METHODS), methods.METHODS)
-    g.add_argument("--target", type=float, required=True, help="test accuracy to reach, in percent")
+    target = g.add_mutually_exclusive_group(required=True)
+    target.add_argument("--target", type=float, help="test accuracy to reach, in percent")
+    target.add_argument(
+        "--target-loss", type=float, metavar="LOSS",
+        help="test loss to reach instead, in nats per prediction (a language model's validation "
+        "loss: fp32's final loss + 1%%, say)",
+    )  # fmt: skip
     g.add_argument("--seeds", type=positive_int, default=1,
                    help="seeds of every method: --seed, --seed + 1, ... (1)")  # fmt: skip
     g.add_argument(
         "--stop-at-target", action="store_true",
-        help="every run stops after the evaluation that reaches --target (what a sweep needs)",
+        help="every run stops after the evaluation that reaches its target (what a sweep needs)",
     )  # fmt: skip
     g.add_argument(
         "--predict-with",
@@ -303,9 +311,11 @@ def accuracy(args: argparse.Namespace) -> int:
     exchange = Options(**given(args, Options, exclude=("seed", "timeout")))
     base = TrainConfig(**settings, exchange=exchange)
     plan = time_to_accuracy.AccuracyComparison(
-        base, tuple(args.methods), rates[0], args.target / 100, args.time_limit,
+        base, tuple(args.methods), rates[0],
+        args.target / 100 if args.target_loss is None else args.target_loss, args.time_limit,
         predict_with=tuple(args.predict_with) if args.predict_with else None,
         seeds=args.seeds, stop_at_target=args.stop_at_target,
+        target_metric="accuracy" if args.target_loss is None else "loss",
     )  # fmt: skip
     out = Path(args.out)
 

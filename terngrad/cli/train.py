@@ -92,7 +92,8 @@ def train(args: argparse.Namespace) -> int:
             if "bits_per_char" in summary
             else f"test accuracy {100 * summary['accuracy']:.2f}%"
         )
-        stopped = " (its target, --stop-at-accuracy)" if summary.get("stopped_at_target") else ""
+        flag = "--stop-at-loss" if cfg.stop_at_accuracy is None else "--stop-at-accuracy"
+        stopped = f" (its target, {flag})" if summary.get("stopped_at_target") else ""
         events = ", events.out.tfevents.*" if any(Path(cfg.out).glob(EVENTS)) else ""
         print(
             f"{score} after {summary['steps']} steps{stopped}; {sent}; "

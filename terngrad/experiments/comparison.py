@@ -96,7 +96,8 @@ def finished_summary(cfg: TrainConfig) -> dict[str, Any] | None:
         return None
     summary = read_json(path, "run summary")
     saved = TrainConfig.from_dict(summary["config"])
-    ignore = [name for name in RESUMABLE_CHANGES if name not in ("steps", "stop_at_accuracy")]
+    stops = ("steps", "stop_at_accuracy", "stop_at_loss")
+    ignore = [name for name in RESUMABLE_CHANGES if name not in stops]
     return summary if not cfg.diff(saved, ignore=ignore) else None
 
 

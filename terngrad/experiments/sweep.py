@@ -20,6 +20,7 @@ from typing import Any
 from terngrad.bench import testbed
 from terngrad.comm.method_spec import BASELINES
 from terngrad.experiments.time_to_accuracy import AccuracyComparison
+from terngrad.experiments.time_to_accuracy_report import results_target
 from terngrad.util.files import atomic_write, atomic_write_text
 
 
@@ -93,6 +94,7 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
         "dataset": first["dataset"],
         "workers": first["workers"],
         "target": first["target"],
+        "target_metric": first.get("target_metric", "accuracy"),
         "seeds": first.get("seeds"),
         "fp32_ring_bytes_per_step": ring,
         "compute_seconds": compute,
@@ -144,7 +146,7 @@ def markdown(sweep: dict[str, Any]) -> str:
             )
             cells.append(f"{m['seconds_to_target']:.0f} ± {sd:.0f} s ({speed})")
         rows.append(cells)
-    target = f"{100 * sweep['target']:g}%"
+    target, _ = results_target(sweep)
     race = []
     for p in sweep["points"]:
         pytorch, ours = p["fastest_pytorch"], p["fastest_terngrad"]
@@ -217,13 +219,14 @@ def plot(sweep: dict[str, Any], path: Path) -> dict[str, list[float]]:
         by_rate.set_xticks([], minor=True)  # no log-scale labels between the rates swept
     by_rate.set_xlabel("link rate (Mbit/s)")
     by_ratio.set_xlabel("fp32 all-reduce time / compute time of a step")
-    by_rate.set_ylabel(f"training seconds to {100 * sweep['target']:g}%")
+    target, _ = results_target(sweep)
+    by_rate.set_ylabel(f"training seconds to {target}")
     for ax in (by_rate, by_ratio):
         ax.grid(True, which="both", alpha=0.3)
     by_rate.legend()
     fig.suptitle(
         f"{sweep['model']} on {sweep['dataset']}, {sweep['workers']} ranks: time to "
-        f"{100 * sweep['target']:g}% against the link (measured, mean over seeds)"
+        f"{target} against the link (measured, mean over seeds)"
     )
     fig.tight_layout()
     try:

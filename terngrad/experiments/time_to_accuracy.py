@@ -1,6 +1,7 @@
-"""``terngrad bench accuracy``: wall-clock time to a target test accuracy on a bandwidth-limited
-cluster, every method trained in turn — the TernGrad paper's claim (the same accuracy in less
-time), measured end to end rather than as accuracy and step time apart.
+"""``terngrad bench accuracy``: wall-clock time to a target test accuracy (or test loss: a
+language model's validation loss, ``--target-loss``) on a bandwidth-limited cluster, every
+method trained in turn — the TernGrad paper's claim (the same accuracy in less time), measured
+end to end rather than as accuracy and step time apart.
 
 A comparison (:class:`AccuracyComparison`) over the runner of
 :mod:`terngrad.experiments.comparison`:
@@ -14,8 +15,8 @@ terngrad's hook, every one under the run's ``quantize_last`` and ``min_numel``.
 Per method, from the trainer's evaluations (``metrics.jsonl``):
 
 * **time to target** — the training seconds (steps only: evaluations and checkpoints left out)
-  at the first evaluation whose test accuracy reaches the target; its resolution is the
-  evaluation interval;
+  at the first evaluation whose test accuracy reaches the target (whose test loss is at most
+  it, for a loss target); its resolution is the evaluation interval;
 * final and best accuracy; the step time (training seconds / steps);
 * **wire bytes per step** — what each rank's interface sent during the steps (IP packets,
   headers included; mean over ranks), the same for every method whatever counts it keeps.
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,9 +55,10 @@ PORT = testbed.PORT + 1  # method i rendezvous at PORT + i: no port reused withi
 class AccuracyComparison(Comparison):
     """One comparison: ``base`` (model, data, optimiser, steps, which tensors the hook keeps in
     full precision; its ``out`` the folder of the whole comparison), the ``methods`` in order,
-    the links' ``bandwidth``, the ``target`` test accuracy (a fraction), seconds each method
-    may take, the namespaces' prefix, and optionally the two ``bench network`` results the
-    model predicts from."""
+    the links' ``bandwidth``, the ``target`` (a test accuracy as a fraction, or with
+    ``target_metric="loss"`` a test loss in nats), seconds each method may take, the
+    namespaces' prefix, and optionally the two ``bench network`` results the model predicts
+    from."""
 
     base: TrainConfig
     methods: tuple[str, ...]
@@ -68,22 +71,26 @@ class AccuracyComparison(Comparison):
     seeds: int = 1
     #: every run stops after the evaluation that reaches the target (a sweep's runs)
     stop_at_target: bool = False
+    #: what ``target`` is of: ``"accuracy"`` or ``"loss"``
+    target_metric: str = "accuracy"
     title = "terngrad bench accuracy"
 
     def plan(self) -> list[Run]:
         """Every method with every seed, in that order; runs in ``<out>/<method>`` (one seed)
         or ``<out>/<method>-s<seed>``."""
-        _check_target(self.target)
+        _check_target(self.target, self.target_metric)
         if self.seeds < 1:
             raise ValueError(f"seeds must be at least 1, got {self.seeds}")
         x = self.base.exchange
         protocol = {"quantize_last": x.quantize_last, "min_numel": x.min_numel}
         stop = self.target if self.stop_at_target else None
+        by_loss = self.target_metric == "loss"
         runs = []
         for m in methods.select(self.methods):
             for seed in range(self.base.seed, self.base.seed + self.seeds):
                 folder = m.name if self.seeds == 1 else f"{m.name}-s{seed}"
-                base = self.base.replace(seed=seed, stop_at_accuracy=stop)
+                base = self.base.replace(seed=seed, stop_at_accuracy=None if by_loss else stop,
+                                         stop_at_loss=stop if by_loss else None)  # fmt: skip
                 cfg = configure(m, base, str(Path(self.base.out) / folder), protocol)
                 label = f"{m.name} ({m.label})" + (f" seed {seed}" if self.seeds > 1 else "")
                 runs.append(Run(m.name, cfg, label, {"seed": seed}))
@@ -113,7 +120,7 @@ class AccuracyComparison(Comparison):
         echo(
             f"building {base.workers} namespaces with {self.bandwidth} links; {base.model} on "
             f"{base.dataset}, {len(runs)} runs of at most {base.steps} steps, target "
-            f"{100 * self.target:g}% ..."
+            f"{report.target_words(self.target, self.target_metric)} ..."
         )
         ports = {r.config.out: PORT + i for i, r in enumerate(runs)}
         with (
@@ -134,7 +141,7 @@ class AccuracyComparison(Comparison):
 
     def describe(self, summary: dict[str, Any]) -> str:
         cfg = TrainConfig.from_dict(summary["config"])
-        return report.line(report.run_row("", cfg, summary, self.target))
+        return report.line(report.run_row("", cfg, summary, self.target, self.target_metric))
 
     def report(self, runs: list[Run], summaries: list[dict[str, Any]], out: Path) -> str:
         results = report.summarise(self, runs)
@@ -145,7 +152,16 @@ class AccuracyComparison(Comparison):
         return text
 
 
-def _check_target(target: float) -> None:
+def _check_target(target: float, metric: str) -> None:
+    if metric not in report.METRICS:
+        raise ValueError(f"a target is of {' or '.join(report.METRICS)}, not {metric!r}")
+    if metric == "loss":
+        if not 0 < target < math.inf:
+            raise ValueError(
+                f"target loss {target:g} can never be reached: give a test loss above 0 in nats "
+                "per prediction (for example --target-loss 1.45)"
+            )
+        return
     if not 0 < target <= 1:
         raise ValueError(
             f"target accuracy {100 * target:g}% can never be reached: give a test "
@@ -176,6 +192,6 @@ def _train(bed: testbed.Testbed, cfg: TrainConfig, port: int, limit: float, on_e
 
 def _progress(name: str, record: dict[str, Any]) -> str:
     return (
-        f"   {name} step {record['step']}: test accuracy {100 * record['accuracy']:.2f}% after "
+        f"   {name} step {record['step']}: {outputs.scores(record)} after "
         f"{record['train_seconds']:.0f} s of training"
     )

@@ -1,5 +1,6 @@
 """The report of ``terngrad bench accuracy``: per run, the first evaluation that reached the
-target (its step and training seconds); per method, their mean and spread over the seeds, how
+target — a test accuracy, or a test loss (``--target-loss``: a language model's validation
+loss) — (its step and training seconds); per method, their mean and spread over the seeds, how
 many times sooner than fp32 and fp16 (ratios of the mean seconds to target), the performance
 model's prediction where asked for; ``results.md`` and ``time-to-accuracy.png``."""
 
@@ -17,12 +18,30 @@ from terngrad.train import models, outputs
 from terngrad.train.config import TrainConfig
 from terngrad.util.files import atomic_write, read_json
 
+#: what a target is of: a test accuracy (reached at or above it) or a test loss (at or below)
+METRICS = ("accuracy", "loss")
 
-def time_to_target(curve: Sequence[dict[str, Any]], target: float) -> dict[str, Any] | None:
-    """The first evaluation whose accuracy reaches ``target``: its step, training seconds and
-    wall-clock seconds; ``None`` if none does."""
+
+def target_words(target: float, metric: str = "accuracy") -> str:
+    """The target in words: ``98%`` (a test accuracy) or ``loss 1.4505`` (a test loss)."""
+    return f"{100 * target:g}%" if metric == "accuracy" else f"loss {target:.4g}"
+
+
+def results_target(results: dict[str, Any]) -> tuple[str, bool]:
+    """A ``results.json``'s target in words, and whether it is a loss (files from before
+    loss targets hold an accuracy's)."""
+    metric = results.get("target_metric", "accuracy")
+    return target_words(results["target"], metric), metric == "loss"
+
+
+def time_to_target(
+    curve: Sequence[dict[str, Any]], target: float, metric: str = "accuracy"
+) -> dict[str, Any] | None:
+    """The first evaluation that reaches ``target`` (its accuracy at least it, or with
+    ``metric="loss"`` its test loss at most it): its step, training seconds and wall-clock
+    seconds; ``None`` if none does."""
     for record in curve:
-        if record["accuracy"] >= target:
+        if outputs.reaches_target(record, **{metric: target}):
             return {
                 "step": record["step"],
                 "train_seconds": record["train_seconds"],
@@ -31,16 +50,21 @@ def time_to_target(curve: Sequence[dict[str, Any]], target: float) -> dict[str, 
     return None
 
 
-def run_row(name: str, cfg: TrainConfig, summary: dict, target: float) -> dict[str, Any]:
-    """One run: when it reached ``target``, how it ended, its step and bytes, its curve."""
+def run_row(
+    name: str, cfg: TrainConfig, summary: dict, target: float, metric: str = "accuracy"
+) -> dict[str, Any]:
+    """One run: when it reached ``target`` (of ``metric``), how it ended, its step and bytes,
+    its curve."""
     curve = outputs.read_metrics(Path(cfg.out) / outputs.METRICS)
     return {
         "method": name,
         "seed": cfg.seed,
         "label": methods.get(methods.canonical(name)).label if name else "",
-        "reached": time_to_target(curve, target),
+        "reached": time_to_target(curve, target, metric),
         "final_accuracy": summary["accuracy"],
         "best_accuracy": summary["best_accuracy"],
+        "final_loss": summary.get("loss"),
+        "best_loss": summary.get("best_loss"),
         "steps": summary["steps"],
         "train_seconds": summary["train_seconds"],
         "step_seconds": summary["train_seconds"] / summary["steps"],
@@ -59,7 +83,9 @@ def line(row: dict[str, Any]) -> str:
         else "target not reached"
     )
     return (
-        f"{to_target}; final {100 * row['final_accuracy']:.2f}%; "
+        f"{to_target}; final {100 * row['final_accuracy']:.2f}%"
+        + (f" (loss {row['final_loss']:.4f})" if row.get("final_loss") is not None else "")
+        + "; "
         f"{row['step_seconds']:.3f} s a step; {_mb(row['wire_bytes_per_step'])} MB a step"
     )
 
@@ -147,6 +173,8 @@ def method_row(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         "seconds_to_target_sd": seconds_sd,
         "final_accuracy": statistics.fmean(r["final_accuracy"] for r in runs),
         "best_accuracy": statistics.fmean(r["best_accuracy"] for r in runs),
+        "final_loss": _mean_or_none([r.get("final_loss") for r in runs]),
+        "best_loss": _mean_or_none([r.get("best_loss") for r in runs]),
         "train_seconds": statistics.fmean(r["train_seconds"] for r in runs),
         "step_seconds": statistics.fmean(r["step_seconds"] for r in runs),
         "wire_bytes_per_step": _mean_or_none([r["wire_bytes_per_step"] for r in runs]),
@@ -166,7 +194,7 @@ def summarise(plan, runs: list[Run]) -> dict[str, Any]:
     rows = []
     for r in runs:
         summary = read_json(Path(r.config.out) / outputs.SUMMARY, "run summary")
-        rows.append(run_row(r.method, r.config, summary, plan.target))
+        rows.append(run_row(r.method, r.config, summary, plan.target, plan.target_metric))
     by_method: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         by_method.setdefault(row["method"], []).append(row)
@@ -193,6 +221,7 @@ def summarise(plan, runs: list[Run]) -> dict[str, Any]:
         "workers": base.workers,
         "bandwidth": plan.bandwidth,
         "target": plan.target,
+        "target_metric": plan.target_metric,
         "seeds": sorted({row["seed"] for row in rows}),
         "stop_at_target": plan.stop_at_target,
         "settings": {
@@ -218,10 +247,11 @@ def markdown(results: dict[str, Any]) -> str:
     """The results as a Markdown page: one row per method."""
     from terngrad.train.report import markdown_table
 
-    target = f"{100 * results['target']:g}%"
+    target, by_loss = results_target(results)
     modelled = results["prediction"] is not None
+    scores = ["final loss", "best loss"] if by_loss else ["final accuracy", "best"]
     header = ["method", "seeds", f"step at {target}", f"seconds to {target}", "vs fp32",
-              "vs fp16", "final accuracy", "best", "wire MB / step / rank", "s / step"]  # fmt: skip
+              "vs fp16", *scores, "wire MB / step / rank", "s / step"]  # fmt: skip
     if modelled:
         header += ["model: s / step", f"model: s to {target}", "model error"]
     rows = []
@@ -237,8 +267,11 @@ def markdown(results: dict[str, Any]) -> str:
             f"{reached['train_seconds']:.0f}{sd_secs}" if reached else "-",
             _times(r["sooner_than_fp32"]),
             _times(r["sooner_than_fp16"]),
-            f"{100 * r['final_accuracy']:.2f}%",
-            f"{100 * r['best_accuracy']:.2f}%",
+            *(
+                (_loss(r["final_loss"]), _loss(r["best_loss"]))
+                if by_loss
+                else (f"{100 * r['final_accuracy']:.2f}%", f"{100 * r['best_accuracy']:.2f}%")
+            ),
             _mb(r["wire_bytes_per_step"]),
             f"{r['step_seconds']:.3f}",
         ]
@@ -292,23 +325,34 @@ def markdown(results: dict[str, Any]) -> str:
     return text
 
 
+def _loss(value: float | None) -> str:
+    return f"{value:.4f}" if value is not None else "-"
+
+
 def _times(value: float | None) -> str:
     return f"{value:.2f}x" if value is not None else "-"
 
 
 def plot(results: dict[str, Any], path: Path) -> tuple[list[str], list[str]]:
-    """Test accuracy against training seconds (left) and against steps (right), every method
-    in both, the target as a dashed line; returns the methods drawn in each panel."""
+    """Test accuracy (or, for a loss target, test loss) against training seconds (left) and
+    against steps (right), every method in both, the target as a dashed line; returns the
+    methods drawn in each panel."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    words, by_loss = results_target(results)
+    scale = 1 if by_loss else 100  # a loss as it is, an accuracy in percent
+
+    def score(record: dict[str, Any]) -> float:
+        return record["loss"] if by_loss else 100 * record["accuracy"]
+
     fig, (by_time, by_step) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
     colors: dict[str, str] = {}
     for r in results.get("runs", results["methods"]):
         curve, name = r["curve"], r["method"]
-        accuracy = [100 * m["accuracy"] for m in curve]
+        accuracy = [score(m) for m in curve]
         label = name if name not in colors else "_" + name  # one legend entry a method
         (drawn_line,) = by_time.plot([m["train_seconds"] for m in curve], accuracy, marker=".",
                                      label=label, color=colors.get(name))  # fmt: skip
@@ -316,21 +360,24 @@ def plot(results: dict[str, Any], path: Path) -> tuple[list[str], list[str]]:
         by_step.plot([m["step"] for m in curve], accuracy, marker=".", color=colors[name],
                      label=label)  # fmt: skip
         if r["reached"]:
-            by_time.plot(r["reached"]["train_seconds"], 100 * results["target"], "o",
+            by_time.plot(r["reached"]["train_seconds"], scale * results["target"], "o",
                          color=colors[name], markersize=8, fillstyle="none")  # fmt: skip
-    target = 100 * results["target"]
-    values = [100 * m["accuracy"] for r in results.get("runs", results["methods"])
+    target = scale * results["target"]
+    values = [score(m) for r in results.get("runs", results["methods"])
               for m in r["curve"]] or [target]  # fmt: skip
     for ax, label in ((by_time, "training seconds (wall-clock)"), (by_step, "step")):
         ax.axhline(target, color="gray", linestyle="--", linewidth=0.8)
         ax.set_xlabel(label)
         ax.grid(True, alpha=0.3)
-        ax.set_ylim(max(min(values), target - 10) - 0.5, min(100, max(*values, target) + 0.5))
-    by_time.set_ylabel("test accuracy (%)")
-    by_step.legend(loc="lower right")
+        if by_loss:  # from under the best to twice the target: the early loss is off scale
+            ax.set_ylim(min(*values, target) * 0.98, min(max(*values, target), 2 * target))
+        else:
+            ax.set_ylim(max(min(values), target - 10) - 0.5, min(100, max(*values, target) + 0.5))
+    by_time.set_ylabel("test loss (nats)" if by_loss else "test accuracy (%)")
+    by_step.legend(loc="upper right" if by_loss else "lower right")
     fig.suptitle(
         f"{results['model']} on {results['dataset']}, {results['workers']} ranks, "
-        f"{results['bandwidth']} links: time to {target:g}% (measured)"
+        f"{results['bandwidth']} links: time to {words} (measured)"
     )
     fig.tight_layout()
     drawn = tuple(
@@ -354,4 +401,5 @@ def speedup_goal(results: dict[str, Any], method: str = "terngrad") -> str:
         for b in ("fp32", "fp16")
         if row[f"sooner_than_{b}"] is not None
     ]
-    return f"{method} reached {100 * results['target']:g}% " + ", ".join(parts or ["(alone)"])
+    words, _ = results_target(results)
+    return f"{method} reached {words} " + ", ".join(parts or ["(alone)"])

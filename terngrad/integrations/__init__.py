@@ -5,7 +5,9 @@
 * :mod:`terngrad.integrations.accelerate` — ``register(accelerator, model)`` after ``prepare``;
 * :mod:`terngrad.integrations.transformers` — ``TernGradCallback`` for the Hugging Face Trainer.
 
-:mod:`terngrad.integrations.common` holds what they share.
+:mod:`terngrad.integrations.common` holds what they share, and
+:mod:`terngrad.integrations.checkpoints` each rank's terngrad state in the frameworks'
+checkpoints.
 
 Each module imports its framework only when used; docs/integrations.md has a complete script
 for each.

@@ -1,10 +1,16 @@
 """What the framework integrations share: dropping a skipped step's gradients, the warning for
-one process, and the refusal of loss scaling."""
+one process, the refusal of loss scaling, and the route of a model the framework sharded with
+FSDP2's ``fully_shard`` to :func:`terngrad.fsdp.register`."""
 
 from __future__ import annotations
 
 import warnings
 from typing import Any
+
+from torch import nn
+
+import terngrad.fsdp
+from terngrad.comm.options import Options
 
 
 def drop_gradients(optimizer: Any) -> None:
@@ -33,3 +39,25 @@ def loss_scaling_refused(setting: str, instead: str) -> RuntimeError:
         "when it sees an Inf gradient; terngrad zeroes a step whose gradient is not finite on "
         f"some rank, so the scaler would never see one. Use {instead} with terngrad"
     )
+
+
+def fully_sharded(model: nn.Module) -> bool:
+    """Whether the framework sharded ``model`` with FSDP2's ``fully_shard`` (some submodule is
+    an ``FSDPModule``): its gradients go through FSDP's reduce-scatter, not DDP's buckets."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return any(isinstance(m, FSDPModule) for m in model.modules())
+
+
+def register_sharded(model: nn.Module, options: Options | None,
+                     local: dict[str, Any] | None) -> terngrad.fsdp.State:  # fmt: skip
+    """TernGrad as the reduce-scatter of every FSDP module of ``model``, which the framework
+    ``fully_shard``-ed (:func:`terngrad.fsdp.register`, with the callback's ``options``; None:
+    the defaults). Local steps are refused first, before any collective: they average whole
+    replicas, and FSDP keeps none."""
+    if local is not None:
+        raise ValueError(
+            "terngrad: local steps average whole replicas, and FSDP shards the model: give "
+            "TernGradCallback no local_steps with FSDP, or train through DDP"
+        )
+    return terngrad.fsdp.register(model, options or Options())

@@ -10,8 +10,14 @@ registered. Under automatic optimization backward runs inside ``optimizer.step(c
 ``if not state.last_step_skipped: optimizer.step()`` cannot be written; the callback drops the
 gradients of a skipped step instead (``on_before_optimizer_step``: parameters without a
 gradient are left alone by every torch optimizer: no update, no momentum, no weight decay).
-A strategy that does not train through torch's DDP (FSDP, DeepSpeed) takes no communication
-hook: the callback fails at once rather than let it train without terngrad.
+
+FSDP2 (``ModelParallelStrategy`` with a ``configure_model`` that calls ``fully_shard``): at
+``on_fit_start`` (after ``configure_model`` and the optimizers' setup, before the first
+backward) the callback puts TernGrad in the FSDP modules' reduce-scatter
+(:func:`terngrad.fsdp.register`); a skipped step's gradients are dropped as under DDP. Any
+other strategy that does not train through torch's DDP (``FSDPStrategy``, FSDP version 1;
+DeepSpeed) reduces the gradients out of terngrad's reach: the callback fails at once rather
+than let it train without terngrad.
 
 Local steps (``TernGradCallback(local_steps=16, outer_lr=0.7, outer_momentum=0.9)``, or
 ``"auto"``, ``overlap=True``): at ``on_fit_start`` a :class:`terngrad.diloco.DiLoCo` is made on
@@ -19,19 +25,32 @@ the strategy's DDP model and the LightningModule's optimizer (the inner one, unt
 per-step all-reduce becomes a no-op, and ``on_train_batch_end`` counts an inner step each time
 ``trainer.global_step`` advances (after accumulation), every ``H``-th the outer step;
 ``on_train_end`` lands an update still in flight.
+
+Checkpoints: the callback's ``state_dict`` gathers every rank's terngrad state into Lightning's
+checkpoint; ``fit(..., ckpt_path=...)`` gives each rank its own back at ``on_train_start``
+(:mod:`terngrad.integrations.checkpoints`), so that the resumed run continues bit for bit.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch.distributed as dist
 from torch import nn
 
+import terngrad.fsdp
 from terngrad.comm.hook import State, check_registrable, hook
 from terngrad.comm.methods import hook_options
 from terngrad.comm.options import Options
 from terngrad.diloco import DiLoCo, check_outer_settings
-from terngrad.integrations.common import drop_gradients, loss_scaling_refused, warn_one_process
+from terngrad.integrations import checkpoints
+from terngrad.integrations.common import (
+    drop_gradients,
+    fully_sharded,
+    loss_scaling_refused,
+    register_sharded,
+    warn_one_process,
+)
 
 try:  # the unified package, or the standalone one
     from lightning.pytorch import Callback
@@ -72,14 +91,20 @@ class TernGradCallback(Callback):
         if self.local is not None:
             defaults = False  # (its error feedback on unless given)
         self._options = None if defaults else hook_options(quantizer, topology, **settings)
-        #: the hook's state (bytes in ``state.stats``), or the DiLoCo with local steps; made
-        #: when fitting starts unless given
-        self.state: State | DiLoCo | None = state
+        #: the hook's state (bytes in ``state.stats``), or the DiLoCo with local steps, or
+        #: terngrad.fsdp's under FSDP2; made when fitting starts unless given
+        self.state: State | DiLoCo | terngrad.fsdp.State | None = state
         self._global_step = 0
+        self._saved: dict[str, Any] | None = None  # the checkpoint's ranks' states, to load
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         strategy = trainer.strategy
         model = strategy.model
+        if getattr(trainer.precision_plugin, "scaler", None) is not None:
+            raise loss_scaling_refused("precision='16-mixed'", "precision='bf16-mixed' or 32")
+        if fully_sharded(model):  # FSDP2: fully_shard in configure_model
+            self._register_sharded(trainer, model)
+            return
         own = getattr(strategy, "_ddp_comm_state", None)
         if isinstance(own, State) and own is not self.state:
             if self.state is not None or self._options is not None:
@@ -90,8 +115,6 @@ class TernGradCallback(Callback):
             self.state = own
         if self.state is None and self.local is None:
             self.state = State(options=self._options or Options())
-        if getattr(trainer.precision_plugin, "scaler", None) is not None:
-            raise loss_scaling_refused("precision='16-mixed'", "precision='bf16-mixed' or 32")
         if not isinstance(model, nn.parallel.DistributedDataParallel):
             if trainer.world_size == 1:
                 warn_one_process()
@@ -99,7 +122,8 @@ class TernGradCallback(Callback):
             raise RuntimeError(
                 f"terngrad: the {type(strategy).__name__} strategy does not train through "
                 "torch's DistributedDataParallel, so it takes no communication hook and would "
-                "train without terngrad: use strategy='ddp' (or DDPStrategy(...))"
+                "train without terngrad: use strategy='ddp' (or DDPStrategy(...)), or "
+                "ModelParallelStrategy with fully_shard in configure_model (FSDP2)"
             )
         if self.local is not None:
             if model._comm_hooks:
@@ -125,6 +149,50 @@ class TernGradCallback(Callback):
         self.state.build()
         model.register_comm_hook(self.state, hook)
 
+    def state_dict(self) -> dict[str, Any]:
+        """Every rank's terngrad state, for Lightning's checkpoint (called on every rank, which
+        ``trainer.save_checkpoint`` requires; Lightning writes rank 0's return alone): gathered
+        with an object all-gather into one list, rank by rank, so that they live and die with
+        the one file ModelCheckpoint names, keeps and removes."""
+        if self.state is None or not _several_ranks():
+            return {}
+        every: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(every, checkpoints.rank_entry(self.state))
+        return {"ranks": every}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Keep the checkpoint's states until training starts (:meth:`on_train_start`)."""
+        self._saved = state_dict
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        """Resuming (``fit(..., ckpt_path=...)``), after Lightning restored its model,
+        optimizer, schedule and loops: each rank loads its own terngrad state (a checkpoint
+        made without the callback: a warning, and terngrad starts afresh)."""
+        self._global_step = trainer.global_step  # (restored after on_fit_start)
+        saved, self._saved = self._saved, None
+        if self.state is None or trainer.ckpt_path is None or not _several_ranks():
+            return
+        ranks = (saved or {}).get("ranks") or []
+        rank = dist.get_rank()
+        entry = ranks[rank] if rank < len(ranks) else None
+        if checkpoints.agree_saved(entry, f"checkpoint {trainer.ckpt_path}"):
+            checkpoints.load_entry(self.state, entry)
+
+    def _register_sharded(self, trainer: Any, model: nn.Module) -> None:
+        """FSDP2: TernGrad as the reduce-scatter of the FSDP modules ``configure_model`` made
+        (a later fit of the same model keeps it)."""
+        if isinstance(self.state, terngrad.fsdp.State):
+            return
+        if self.state is not None:
+            raise ValueError(
+                "terngrad: state=... is the DDP hook's, and this strategy shards the model with "
+                "FSDP2: give TernGradCallback the settings instead"
+            )
+        if trainer.world_size == 1:
+            warn_one_process()
+            return
+        self.state = register_sharded(model, self._options, self.local)
+
     def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
         """Local steps: an inner step done when the optimizer stepped (``global_step`` moved:
         not on an accumulation micro-batch); every ``H``-th, the outer step."""
@@ -140,3 +208,8 @@ class TernGradCallback(Callback):
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
         if self.state is not None and self.state.last_step_skipped:  # zeroed everywhere: no-op
             drop_gradients(optimizer)
+
+
+def _several_ranks() -> bool:
+    """Whether the hook is in use: a process group of more than one rank."""
+    return dist.is_initialized() and dist.get_world_size() > 1

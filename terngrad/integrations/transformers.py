@@ -28,26 +28,49 @@ clipping and schedule, untouched), DDP's per-step all-reduce becomes a no-op, an
 ``H``-th the outer step; ``on_train_end`` lands an update still in flight. Evaluate at multiples
 of ``H`` (``eval_steps``): between outer steps each rank holds its own replica.
 
-Loud, not silent: DeepSpeed, FSDP and loss scaling (``fp16=True``) are refused when the Trainer
-is made (``on_init_end``; at ``on_train_begin`` for a callback added later), as is a run of
-several processes whose model the Trainer did not wrap in torch's DDP; one process warns and
-trains without the hook.
+Checkpoints: at ``on_save`` each rank writes its terngrad state (the hook's, or the DiLoCo's)
+into the checkpoint folder as ``terngrad-rank{r}.pt``; ``train(resume_from_checkpoint=...)``
+loads it at ``on_train_begin`` (:mod:`terngrad.integrations.checkpoints`), so that the resumed
+run continues bit for bit.
+
+
+FSDP2 (``TrainingArguments(fsdp=True, fsdp_config={"fsdp_version": 2})``): ``prepare``
+``fully_shard``-s the model instead, and at ``on_train_begin`` the callback puts TernGrad in
+its FSDP modules' reduce-scatter (:func:`terngrad.fsdp.register`); the logs then compare with
+FSDP's fp32 reduce-scatter. accelerate 1.15 runs FSDP on GPUs only: on CPU the Trainer trains
+through DDP, and the callback warns and hooks that.
+
+Loud, not silent: DeepSpeed, FSDP version 1, XLA's FSDP and loss scaling (``fp16=True``) are
+refused when the Trainer is made (``on_init_end``; at ``on_train_begin`` for a callback added
+later), as is a run of several processes whose model the Trainer wrapped in neither torch's DDP
+nor FSDP2; one process warns and trains without the hook.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import warnings
+from types import FrameType
 from typing import Any
 
 from torch import nn
 from transformers import Trainer, TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+import terngrad.fsdp
 from terngrad.comm.hook import State
 from terngrad.comm.methods import hook_options
 from terngrad.comm.traffic import ring_bytes
 from terngrad.diloco import DiLoCo, check_outer_settings
-from terngrad.integrations import accelerate
-from terngrad.integrations.common import drop_gradients, loss_scaling_refused, warn_one_process
+from terngrad.integrations import accelerate, checkpoints
+from terngrad.integrations.common import (
+    drop_gradients,
+    fully_sharded,
+    loss_scaling_refused,
+    register_sharded,
+    warn_one_process,
+)
 
 __all__ = ["TernGradCallback"]
 
@@ -79,9 +102,9 @@ class TernGradCallback(TrainerCallback):
         elif overlap:
             raise ValueError("overlap overlaps the outer exchange of local steps: give local_steps")
         self.options = hook_options(quantizer, topology, **settings)
-        #: the hook's state (or the DiLoCo), made when training starts (``None`` before, or in
-        #: one process)
-        self.state: State | DiLoCo | None = None
+        #: the hook's state (or the DiLoCo, or terngrad.fsdp's under FSDP2), made when training
+        #: starts (``None`` before, or in one process)
+        self.state: State | DiLoCo | terngrad.fsdp.State | None = None
         self._fp32_bytes = 0
 
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -100,17 +123,31 @@ class TernGradCallback(TrainerCallback):
         ddp = getattr(wrapped, "_orig_mod", wrapped)  # torch.compile's wrapper around DDP
         hooks = getattr(ddp, "_comm_hooks", ())  # DDP's (hook, state) pairs
         if self.state is not None and (
-            any(s is self.state for _, s in hooks) or isinstance(self.state, DiLoCo)
+            any(s is self.state for _, s in hooks)
+            or isinstance(self.state, DiLoCo | terngrad.fsdp.State)
         ):
-            return  # a later train() on the same DDP model: the hook is on already
+            self._load_saved(trainer)
+            return  # a later train() on the same model: terngrad is on already
         world = trainer.accelerator.num_processes
         if world == 1:
             warn_one_process()
             return
+        if trainer.is_fsdp_enabled and fully_sharded(ddp):  # FSDP2 (version 1 was refused)
+            self.state = register_sharded(ddp, self.options, self.local)
+            self._fp32_bytes = self.state.fp32_bytes_per_step
+            self._load_saved(trainer)
+            return
+        if _fsdp_version(trainer) == 2:
+            warnings.warn(
+                "terngrad: TrainingArguments asks for FSDP, which accelerate runs on GPUs only; "
+                "on CPU this Trainer trains through DDP, and terngrad's DDP hook serves it",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         if not isinstance(ddp, nn.parallel.DistributedDataParallel):
             raise RuntimeError(
                 f"terngrad: the Trainer trains a {type(wrapped).__name__}, not torch's "
-                f"DistributedDataParallel ({world} processes, distributed type "
+                f"DistributedDataParallel nor FSDP2 ({world} processes, distributed type "
                 f"{trainer.accelerator.distributed_type}), so there is no communication hook to "
                 "put terngrad on: train without tp_plan/parallelism_config/DataParallel, one "
                 "process per device (torchrun or accelerate launch)"
@@ -122,6 +159,38 @@ class TernGradCallback(TrainerCallback):
             self.state = accelerate.register(trainer.accelerator, wrapped, options=self.options)
         numel = sum(p.numel() for p in ddp.module.parameters() if p.requires_grad)
         self._fp32_bytes = ring_bytes(4 * numel, world)
+        self._load_saved(trainer)
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Each rank's terngrad state into the checkpoint folder the Trainer just wrote, as
+        ``terngrad-rank{r}.pt`` beside its ``rng_state_{r}.pth`` (one file per rank, written
+        atomically: no collective, no rank holding the others' state, and the Trainer's
+        rotation of checkpoints removes them with the folder)."""
+        if self.state is None:
+            return
+        trainer = _calling_trainer()
+        run_dir = trainer._get_output_dir(trial=getattr(trainer, "_trial", None))
+        folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        checkpoints.save_file(folder, checkpoints.rank_entry(self.state))
+
+    def _load_saved(self, trainer: Trainer) -> None:
+        """At ``on_train_begin`` (the Trainer has loaded its model, optimizer and schedule;
+        terngrad's hook or DiLoCo is made): a ``train(resume_from_checkpoint=...)`` resumes
+        terngrad's state too, each rank its own file (:mod:`terngrad.integrations.checkpoints`)."""
+        path = _resumed_from()
+        if path is None:
+            if trainer.state.global_step:  # resumed, and the Trainer no longer says from where
+                warnings.warn(
+                    "terngrad: this Trainer resumes at step "
+                    f"{trainer.state.global_step} from a checkpoint terngrad cannot find: "
+                    "terngrad's state starts afresh",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            return
+        entry = checkpoints.read_file(path)
+        if checkpoints.agree_saved(entry, f"checkpoint {path}"):
+            checkpoints.load_entry(self.state, entry)
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any,
                               optimizer: Any = None, **kwargs: Any) -> None:  # fmt: skip
@@ -163,11 +232,25 @@ def _calling_trainer() -> Trainer:
     """The Trainer whose callback event is running. Callbacks are handed the unwrapped model,
     not the Trainer nor its DDP wrapper; every event is called by a Trainer method (through
     its CallbackHandler), so the Trainer is the ``self`` of a frame further up the stack."""
+    return _trainer_frame().f_locals["self"]
+
+
+def _resumed_from() -> str | None:
+    """The checkpoint folder the running ``train()`` resumes from, if any: the
+    ``resume_from_checkpoint`` of the Trainer method that fires ``on_train_begin``
+    (``_inner_training_loop``, ``True`` already made the newest checkpoint's folder); the
+    Trainer keeps it nowhere else."""
+    path = _trainer_frame().f_locals.get("resume_from_checkpoint")
+    return None if path is None else str(path)
+
+
+def _trainer_frame() -> FrameType:
+    """The frame of the Trainer method that called the running callback event."""
     frame = sys._getframe(1)
     while frame is not None:
         owner = frame.f_locals.get("self")
         if issubclass(type(owner), Trainer):  # type(): no proxy is asked for its __class__
-            return owner
+            return frame
         frame = frame.f_back
     raise RuntimeError(
         "terngrad: TernGradCallback serves a transformers.Trainer and none is running here: "
@@ -175,18 +258,33 @@ def _calling_trainer() -> Trainer:
     )
 
 
+def _fsdp_version(trainer: Trainer) -> int | None:
+    """The FSDP version the Trainer runs, or was asked for (None: no FSDP). accelerate 1.15
+    keeps its FSDP plugin on GPUs only (``accelerate/state.py``, the distributed types it
+    lists there) and trains through DDP on CPU; the arguments still say what was asked."""
+    plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
+    if plugin is not None:
+        return plugin.fsdp_version
+    asked = getattr(trainer.args, "fsdp_plugin_args", None)
+    return asked["fsdp_version"] if asked else None
+
+
 def _refuse_unservable(trainer: Trainer) -> None:
-    """Raise for a Trainer that reduces gradients without DDP or scales the loss."""
-    for engine, used, argument in (
-        ("DeepSpeed", trainer.is_deepspeed_enabled, "deepspeed"),
-        ("FSDP", trainer.is_fsdp_enabled or trainer.is_fsdp_xla_enabled, "fsdp"),
+    """Raise for a Trainer that reduces gradients through neither DDP nor FSDP2, or scales the
+    loss. FSDP2 is served (:func:`terngrad.fsdp.register` on the model ``prepare`` sharded);
+    FSDP version 1 (on CPU too, where accelerate would train through DDP), XLA's FSDP and
+    DeepSpeed are refused: they reduce the gradients themselves, out of terngrad's reach."""
+    version = _fsdp_version(trainer)
+    for engine, used in (
+        ("DeepSpeed", trainer.is_deepspeed_enabled),
+        ("XLA's FSDP", trainer.is_fsdp_xla_enabled),
+        ("FSDP version 1", version == 1),
     ):
         if used:
             raise RuntimeError(
-                f"terngrad: this Trainer runs {engine}, which reduces the gradients itself and "
-                "takes no DDP communication hook, so it would train without terngrad: leave "
-                f"TrainingArguments({argument}=...) out (the Trainer then trains through DDP) "
-                "or leave TernGradCallback out"
+                f"terngrad: this Trainer runs {engine}, which reduces the gradients itself, out "
+                "of terngrad's reach: use FSDP version 2 (TrainingArguments(fsdp=True, "
+                "fsdp_config={'fsdp_version': 2}), served by terngrad.fsdp), or plain DDP"
             )
     # fp16=True whether or not this device's accelerator made its GradScaler (the CPU's
     # does not): a run that is refused on a GPU is refused here too, as the docs say

@@ -13,6 +13,7 @@ the hook.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,7 @@ SCHEDULES = schedule.SCHEDULES
 RESUMABLE_CHANGES = (
     "out", "steps", "eval_every", "workers_threads", "progress", "kernels", "checkpoint_every",
     "keep_checkpoints", "max_skipped_steps", "check_replicas_every", "timeout", "stop_at_accuracy",
+    "stop_at_loss",
 )  # fmt: skip
 #: settings that may differ between the nodes of one run (paths, threads, what is printed)
 PER_NODE = ("out", "data_dir", "workers_threads", "progress", "kernels")
@@ -157,6 +159,12 @@ class TrainConfig:
     stop_at_accuracy: float | None = setting(
         None, "stop after the first evaluation whose test accuracy reaches this fraction "
         "(0.98: 98%%)", _OPT, Range(float, lambda v: 0 < v <= 1, "a fraction above 0, at most 1"),
+    )  # fmt: skip
+    #: the same with a test loss (a language model's validation loss): stop after the first
+    #: evaluation whose test loss is at most this
+    stop_at_loss: float | None = setting(
+        None, "stop after the first evaluation whose test loss is at most this (nats per "
+        "prediction)", _OPT, Range(float, lambda v: 0 < v < math.inf, "a positive number"),
     )  # fmt: skip
     dropout: float | None = setting(
         None, "dropout ratio of the model's dropout layers, [0, 1)", _MODEL, FRACTION

@@ -216,7 +216,9 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
                 with _writing(out, Board.NAME, done):
                     board.evaluation(record)
                 progress.note(f"step {done}: {outputs.scores(record)}")
-        reached = cfg.stop_at_accuracy is not None and accuracy >= cfg.stop_at_accuracy
+        reached = record is not None and outputs.reaches_target(
+            record, cfg.stop_at_accuracy, cfg.stop_at_loss
+        )
         if (done % every == 0 or done == cfg.steps or reached) and not skipped_in_a_row:
             seconds = time.perf_counter() - began  # (no checkpoints while steps are skipped)
             save_checkpoint(cfg, model, optimizer, lr_schedule, state, done, seconds, clock, record)
@@ -265,12 +267,14 @@ def _auto_words(auto: dict[str, float]) -> str:
 def _reached(cfg: TrainConfig, out: Path, start: int, world: int) -> bool:
     """Whether a resumed time-to-accuracy run reached its target before its checkpoint (the
     newest evaluation kept says so; rank 0 reads it and tells the others)."""
-    if cfg.stop_at_accuracy is None or start == 0:
+    if (cfg.stop_at_accuracy is None and cfg.stop_at_loss is None) or start == 0:
         return False
     flag = torch.zeros(1)
     if dist.get_rank() == 0:
         kept = outputs.read_metrics(out / outputs.METRICS)
-        flag[0] = float(bool(kept) and kept[-1]["accuracy"] >= cfg.stop_at_accuracy)
+        flag[0] = float(
+            bool(kept) and outputs.reaches_target(kept[-1], cfg.stop_at_accuracy, cfg.stop_at_loss)
+        )
     dist.broadcast(flag, 0)
     return bool(flag[0])
 

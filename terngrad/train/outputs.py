@@ -73,6 +73,16 @@ def scores(record: dict[str, Any]) -> str:
     return f"test accuracy {100 * record['accuracy']:.2f}%, test loss {record['loss']:.4f}"
 
 
+def reaches_target(
+    record: dict[str, Any], accuracy: float | None = None, loss: float | None = None
+) -> bool:
+    """Whether an evaluation reached a time-to-target run's target: its test accuracy at least
+    ``accuracy`` (a fraction), or its test loss at most ``loss``; ``False`` with neither."""
+    return (accuracy is not None and record["accuracy"] >= accuracy) or (
+        loss is not None and record["loss"] <= loss
+    )
+
+
 def title(cfg: TrainConfig) -> str:
     """The run in a line, for its plot."""
     x = cfg.exchange

@@ -113,3 +113,62 @@ def train_with_a_nan(rank: int, world: int, nan_step: int) -> dict:
         "refused": refused,
         "warnings": [str(w.message) for w in caught],
     }
+
+
+def fsdp2(rank: int, world: int, steps: int) -> dict:
+    """``steps`` optimizer steps of 2 micro-batches with the Trainer's FSDP2
+    (``fsdp_config={"fsdp_version": 2}``, each ``GPT2Block`` its own FSDP module) and
+    ``TernGradCallback()``. accelerate 1.15 keeps its FSDP plugin on GPUs only
+    (``accelerate/state.py``) and trains through DDP on CPU; here the plugin and the FSDP
+    distributed type are put back once the Trainer has made its Accelerator (the type in
+    PartialState's shared state too, which every later ``AcceleratorState()`` copies), so that
+    ``prepare`` takes the FSDP2 path — ``fully_shard`` on the gloo mesh — and accumulation
+    FSDP2's ``no_sync``, as on GPUs."""
+    from accelerate.state import PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+    from transformers import Trainer
+
+    from terngrad.integrations.transformers import TernGradCallback
+
+    as_torchrun(rank, world)
+
+    class FSDP2OnCPU(Trainer):
+        def create_accelerator_and_postprocess(self):
+            super().create_accelerator_and_postprocess()
+            state = self.accelerator.state
+            PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+            state.distributed_type = DistributedType.FSDP
+            state.fsdp_plugin = FullyShardedDataParallelPlugin(**self.args.fsdp_plugin_args)
+            self.is_fsdp_enabled = True
+
+    callback = TernGradCallback()
+    fsdp = {"fsdp_version": 2, "transformer_layer_cls_to_wrap": ["GPT2Block"]}
+    with tempfile.TemporaryDirectory() as out:
+        args = training_args(out, max_steps=steps, fsdp=True, fsdp_config=fsdp)
+        trainer = FSDP2OnCPU(model=tiny_gpt2(), args=args, train_dataset=toy_data(),
+                             callbacks=[callback])  # fmt: skip
+        trainer.train()
+    model, state = trainer.model_wrapped, callback.state
+    full = zlib.crc32(b"".join(p.full_tensor().detach().numpy().tobytes()
+                               for p in model.parameters()))  # fmt: skip
+    history = trainer.state.log_history
+    return {
+        "route": f"{type(state).__module__}.{type(state).__name__}",
+        "stats": state.stats,
+        "fp32_bytes_per_step": state.fp32_bytes_per_step,
+        "fp32_bytes_sent": state.fp32_bytes_sent,
+        "excluded": sorted(state.excluded),
+        "calls": [state.calls[g.index] for g in state.groups],  # reduce-scatters per group
+        "full": full,
+        "losses": [e["loss"] for e in history if "loss" in e],
+        "logs": [e for e in history if "terngrad/bytes_sent_per_step" in e],
+    }
+
+
+def ddp_then_fsdp2(rank: int, world: int, nan_step: int, fsdp2_steps: int) -> dict:
+    """:func:`train_with_a_nan`, then :func:`fsdp2` in the same processes (one process group
+    for both: the FSDP2 run comes last, as it changes accelerate's shared state)."""
+    return {
+        "ddp": train_with_a_nan(rank, world, nan_step),
+        "fsdp2": fsdp2(rank, world, fsdp2_steps),
+    }

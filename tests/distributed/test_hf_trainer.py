@@ -1,6 +1,7 @@
 """The Hugging Face Trainer with ``TernGradCallback()`` and nothing else: the real Trainer on 2
 gloo ranks (bytes, identical replicas, a NaN on one rank skipping the step everywhere, a second
-``train()``, the logs), and the one-line refusals of what the callback cannot serve."""
+``train()``, the logs), the Trainer's FSDP2 routed to terngrad.fsdp, and the one-line refusals
+of what the callback cannot serve."""
 
 from __future__ import annotations
 
@@ -18,8 +19,15 @@ from transformers import Trainer
 from terngrad.integrations.transformers import TernGradCallback
 
 
-def test_the_trainer_trains_with_the_hook_on_and_a_nan_skips_the_step_everywhere():
-    ranks = run(w.train_with_a_nan, 2, 3)
+@pytest.fixture(scope="module")
+def two_ranks() -> list[dict]:
+    """One run on 2 gloo ranks for the tests below: the Trainer through DDP with a NaN at step
+    3, then the Trainer's FSDP2 for 4 steps."""
+    return run(w.ddp_then_fsdp2, 2, 3, 4)
+
+
+def test_the_trainer_trains_with_the_hook_on_and_a_nan_skips_the_step_everywhere(two_ranks):
+    ranks = [r["ddp"] for r in two_ranks]
     for r in ranks:
         stats = r["stats"]
         assert stats.steps == 6  # one exchange per optimizer step, not per micro-batch
@@ -40,6 +48,27 @@ def test_the_trainer_trains_with_the_hook_on_and_a_nan_skips_the_step_everywhere
         assert "already has a communication hook" in r["refused"]  # a second callback
     assert ranks[0]["checksum_after"] == ranks[1]["checksum_after"]  # identical replicas
     assert ranks[0]["final"] == ranks[1]["final"]
+
+
+def test_the_trainers_fsdp2_trains_with_terngrad_as_its_reduce_scatter(two_ranks):
+    """``fsdp_config={"fsdp_version": 2}``: ``prepare`` shards the model (a GPT2Block per FSDP
+    module; the embeddings and the tied head together, accelerate's way) and the callback puts
+    TernGrad in every FSDP module's reduce-scatter, once per optimizer step (accumulation runs
+    FSDP's no_sync)."""
+    ranks = [r["fsdp2"] for r in two_ranks]
+    for r in ranks:
+        assert r["route"] == "terngrad.fsdp.State"
+        assert r["calls"] == [4] * len(r["calls"]) and len(r["calls"]) == 4  # each group once
+        stats = r["stats"]
+        assert stats.steps == 4 and stats.skipped_steps == 0
+        assert r["fp32_bytes_sent"] == 4 * r["fp32_bytes_per_step"]
+        assert r["fp32_bytes_per_step"] >= 10 * stats.bytes_sent_per_step  # 12.9x here
+        assert "transformer.wte.weight" in r["excluded"]  # the tied head: the last layer
+        assert all(e["terngrad/fp32_bytes_per_step"] == r["fp32_bytes_per_step"]
+                   for e in r["logs"])  # fmt: skip
+        assert r["losses"][-1] < r["losses"][0]
+    assert ranks[0]["full"] == ranks[1]["full"]  # the shards make one model
+    assert ranks[0]["losses"] == ranks[1]["losses"]
 
 
 def _trainer(tmp_path, tweak=lambda trainer: None, callback=None) -> Trainer:
@@ -84,10 +113,10 @@ def test_bad_settings_are_refused_when_the_callback_is_made():
     ("tweak", "expected"),
     [
         (lambda t: setattr(t, "is_deepspeed_enabled", True), "runs DeepSpeed"),
-        (lambda t: setattr(t, "is_fsdp_enabled", True), "runs FSDP"),
+        (lambda t: setattr(t.args, "fsdp_plugin_args", {"fsdp_version": 1}), "FSDP version 1"),
         (lambda t: setattr(t.accelerator, "scaler", object()), "GradScaler"),
     ],
-    ids=["deepspeed", "fsdp", "fp16-loss-scaling"],
+    ids=["deepspeed", "fsdp1", "fp16-loss-scaling"],
 )
 def test_what_the_callback_cannot_serve_is_refused_when_the_trainer_is_made(
     tmp_path, tweak, expected
@@ -95,6 +124,18 @@ def test_what_the_callback_cannot_serve_is_refused_when_the_trainer_is_made(
     with pytest.raises(RuntimeError) as exc:
         _trainer(tmp_path, tweak)
     assert expected in _one_line(exc)
+    if expected != "GradScaler":
+        assert "use FSDP version 2 (TrainingArguments(fsdp=True, fsdp_config=" in str(exc.value)
+
+
+def test_fsdp2_asked_on_the_cpu_warns_that_the_trainer_trains_through_ddp(tmp_path, monkeypatch):
+    """accelerate 1.15 drops its FSDP plugin on CPU and the Trainer trains through DDP: the
+    callback says so when it hooks that DDP (here no DDP model follows: refused after)."""
+    trainer = _trainer(tmp_path, lambda t: setattr(t.args, "fsdp_plugin_args", {"fsdp_version": 2}))
+    monkeypatch.setattr(Accelerator, "num_processes", property(lambda self: 2))
+    warns = pytest.warns(RuntimeWarning, match="asks for FSDP, which accelerate runs on GPUs only")
+    with warns, pytest.raises(RuntimeError, match="not torch's DistributedDataParallel"):
+        trainer.fire("on_train_begin")
 
 
 def test_fp16_is_refused_on_the_cpu_too(tmp_path):

@@ -88,6 +88,23 @@ def test_lightning_trains_with_the_hook_on(args):
     assert out["fp32_ring_bytes_per_step"] >= 10 * out["bytes_sent_per_step"]
 
 
+def test_lightnings_fsdp2_trains_with_terngrad_as_its_reduce_scatter():
+    """``ModelParallelStrategy`` with ``fully_shard`` in ``configure_model``: the same callback
+    routes to terngrad.fsdp, and the shards make one model on every rank."""
+    pytest.importorskip("lightning")
+    out = torchrun("lightning_terngrad.py", "--steps", "12", "--fsdp")
+    assert out["route"] == "terngrad.fsdp.State"
+    assert out["steps"] == 12 and out["replicas_identical"]
+    assert out["fp32_reduce_scatter_bytes_per_step"] >= 10 * out["bytes_sent_per_step"]  # 15.8x
+
+
+def test_fsdp2_through_a_framework_refuses_local_steps_before_any_collective():
+    from terngrad.integrations.common import register_sharded
+
+    with pytest.raises(ValueError, match="give TernGradCallback no local_steps with FSDP"):
+        register_sharded(nn.Linear(2, 2), None, {"local_steps": 4})
+
+
 def test_accelerate_trains_with_the_hook_on_and_gradient_accumulation():
     pytest.importorskip("accelerate")
     out = torchrun("accelerate_terngrad.py", "--steps", "10", "--accumulate", "3")
@@ -146,8 +163,9 @@ def test_plain_ddp_example_runs():
 def test_lightning_callback_refuses_a_strategy_without_ddp():
     from terngrad.integrations.lightning import TernGradCallback
 
-    with pytest.raises(RuntimeError, match="takes no communication hook"):
+    with pytest.raises(RuntimeError, match="takes no communication hook") as exc:
         TernGradCallback().on_fit_start(_trainer(nn.Linear(2, 2)), None)
+    assert "or ModelParallelStrategy with fully_shard in configure_model (FSDP2)" in str(exc.value)
     with pytest.warns(RuntimeWarning, match="one process"):
         TernGradCallback().on_fit_start(_trainer(nn.Linear(2, 2), world_size=1), None)
     with pytest.raises(ValueError, match="not both"):

@@ -24,6 +24,42 @@ def test_time_to_target_is_the_first_evaluation_that_reaches_it():
     assert tta_report.time_to_target(curve, 0.95) is None
 
 
+def test_a_loss_target_is_the_first_evaluation_at_or_under_it(tmp_path):
+    """``--target-loss``: a language model's race, to a validation loss; the runs stop at it."""
+    curve = [
+        {"step": 50, "loss": 2.10, "accuracy": 0.4, "train_seconds": 5.0, "seconds": 6.0},
+        {"step": 100, "loss": 1.45, "accuracy": 0.5, "train_seconds": 10.0, "seconds": 12.0},
+        {"step": 150, "loss": 1.46, "accuracy": 0.6, "train_seconds": 15.0, "seconds": 18.0},
+    ]
+    assert tta_report.time_to_target(curve, 1.45, "loss")["step"] == 100  # at it: reached
+    assert tta_report.time_to_target(curve, 1.449, "loss") is None
+    assert tta_report.time_to_target(curve, 0.6)["step"] == 150  # an accuracy, as before
+    assert tta_report.target_words(1.4505, "loss") == "loss 1.45"
+    assert tta_report.target_words(0.98) == "98%"
+    plan = tta.AccuracyComparison(accuracy_base(tmp_path), ("fp32", "terngrad"), "25mbit", 1.45,
+                                  stop_at_target=True, target_metric="loss")  # fmt: skip
+    assert all(
+        (r.config.stop_at_loss, r.config.stop_at_accuracy) == (1.45, None) for r in plan.plan()
+    )
+    for bad, words in ((0.0, "target loss 0 can never be reached"),
+                       (float("inf"), "target loss inf can never be reached")):  # fmt: skip
+        with pytest.raises(ValueError, match=words):
+            tta.AccuracyComparison(accuracy_base(tmp_path), ("fp32",), "1gbit", bad,
+                                   target_metric="loss").plan()  # fmt: skip
+    run = {**_run("fp32", 0, 100, 10.0), "final_loss": 1.40, "best_loss": 1.39}
+    results = {"model": "gpt-small", "dataset": "pydoc", "workers": 4, "bandwidth": "25mbit",
+               "target": 1.45, "target_metric": "loss", "prediction": None, "seeds": [0],
+               "settings": {"optimizer": "adamw", "lr": 1e-3, "lr_schedule": "cosine",
+                            "momentum": 0.9, "weight_decay": 0.1, "batch_size_per_worker": 16,
+                            "steps": 1000, "eval_every": 50, "seed": 0},
+               "methods": [{**tta_report.method_row("fp32", [run]), "sooner_than_fp32": 1.0,
+                            "sooner_than_fp16": None}]}  # fmt: skip
+    text = tta_report.markdown(results)
+    assert "# Time to loss 1.45: gpt-small on pydoc" in text
+    assert "| seconds to loss 1.45 | vs fp32 | vs fp16 | final loss | best loss |" in text
+    assert "| 1.4000 | 1.3900 |" in text
+
+
 def test_every_method_gets_its_own_configuration(tmp_path):
     base = accuracy_base(
         tmp_path, exchange=accuracy_base(tmp_path).exchange.replace(quantize_last=True)

@@ -16,6 +16,9 @@ def test_config_validation():
         with pytest.raises(ValueError, match="stop-at-accuracy must be a fraction above 0"):
             TrainConfig(out="x", stop_at_accuracy=bad)
     assert TrainConfig(out="x", stop_at_accuracy=0.98).stop_at_accuracy == 0.98
+    for bad in (0, -1.0, math.inf):
+        with pytest.raises(ValueError, match="stop-at-loss must be a positive number"):
+            TrainConfig(out="x", stop_at_loss=bad)
     with pytest.raises(ValueError, match=r"one of batch-size .* and total-batch-size, not both"):
         TrainConfig(out="x", batch_size=8, total_batch_size=64)
     assert TrainConfig(out="x").batch_size == 64  # neither: 64 a worker, said once
