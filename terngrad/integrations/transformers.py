@@ -44,6 +44,7 @@ from transformers import Trainer, TrainerCallback
 
 from terngrad.comm.hook import State
 from terngrad.comm.methods import hook_options
+from terngrad.comm.momentum import MomentumSource
 from terngrad.comm.traffic import ring_bytes
 from terngrad.diloco import DiLoCo, check_outer_settings
 from terngrad.integrations import accelerate
@@ -89,12 +90,14 @@ class TernGradCallback(TrainerCallback):
         go first among the callbacks."""
         trainer = _calling_trainer()
         _refuse_unservable(trainer)
+        self._exchanged_momentum(trainer)
         _go_first(trainer, self)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """After the Trainer wrapped the model in DDP, before its first forward: register."""
         trainer = _calling_trainer()
         _refuse_unservable(trainer)
+        momentum = self._exchanged_momentum(trainer)
         _go_first(trainer, self)
         wrapped = trainer.model_wrapped
         ddp = getattr(wrapped, "_orig_mod", wrapped)  # torch.compile's wrapper around DDP
@@ -119,9 +122,27 @@ class TernGradCallback(TrainerCallback):
             optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # accelerate's
             self.state = DiLoCo(ddp, optimizer, options=self.options, **self.local)
         else:
-            self.state = accelerate.register(trainer.accelerator, wrapped, options=self.options)
+            self.state = accelerate.register(
+                trainer.accelerator, wrapped, options=self.options, optimizer=momentum
+            )
         numel = sum(p.numel() for p in ddp.module.parameters() if p.requires_grad)
         self._fp32_bytes = ring_bytes(4 * numel, world)
+
+    def _exchanged_momentum(self, trainer: Trainer) -> MomentumSource | None:
+        """The Trainer's optimizer when the per-step hook is to exchange its momentum (a
+        :class:`terngrad.optim.LocalVarianceAdamW` or ``FrozenVarianceAdamW``), else ``None``;
+        refused with the Trainer's gradient clipping, which would rescale that momentum."""
+        optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # accelerate's
+        if self.local is not None or not isinstance(optimizer, MomentumSource):
+            return None  # (inside local steps it steps on its own gradient, as AdamW)
+        if trainer.args.max_grad_norm:
+            raise RuntimeError(
+                f"terngrad: {type(optimizer).__name__} takes the momentum the ranks exchanged "
+                "from p.grad, and the Trainer's gradient clipping "
+                f"(max_grad_norm={trainer.args.max_grad_norm}) would rescale it as a gradient "
+                "(training diverges): give TrainingArguments(max_grad_norm=0) with it"
+            )
+        return optimizer
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any,
                               optimizer: Any = None, **kwargs: Any) -> None:  # fmt: skip

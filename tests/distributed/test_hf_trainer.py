@@ -126,3 +126,23 @@ def test_the_callback_outside_a_trainer_says_where_it_belongs():
     with pytest.raises(RuntimeError) as exc:
         TernGradCallback().on_train_begin(None, None, None)
     assert "callbacks=[TernGradCallback()]" in _one_line(exc)
+
+
+def test_a_momentum_exchanging_optimizer_is_refused_with_the_trainers_clipping(tmp_path):
+    """The hook would hand LocalVarianceAdamW the exchanged momentum in p.grad, which the
+    Trainer's default clipping (max_grad_norm=1.0) rescales as a gradient: refused when the
+    Trainer is made; max_grad_norm=0 trains (issue 43)."""
+    from terngrad.optim import LocalVarianceAdamW
+
+    def trainer(**changes):
+        model = w.tiny_gpt2()
+        return Trainer(model=model, args=w.training_args(str(tmp_path), max_steps=1, **changes),
+                       train_dataset=w.toy_data(16),
+                       optimizers=(LocalVarianceAdamW(model.parameters()), None),
+                       callbacks=[TernGradCallback(local_steps=1)])  # fmt: skip
+
+    with pytest.raises(RuntimeError) as exc:
+        trainer()
+    assert "give TrainingArguments(max_grad_norm=0)" in _one_line(exc)
+    with pytest.warns(RuntimeWarning, match="one process"):
+        trainer(max_grad_norm=0).train()
