@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
 from collections.abc import Sequence
@@ -168,6 +169,37 @@ def counted_bytes(model: torch.nn.Module, settings: dict[str, Any] | None,
     return sent, fp32
 
 
+def report(folder: Path) -> str:
+    """``results.md`` in ``folder`` from its records: per model and setting, the eval loss
+    (mean ± sample sd over the seeds), its gap to DDP's mean, the bytes per step per rank and
+    the compression; returns the Markdown."""
+    from terngrad.experiments.comparison import spread
+    from terngrad.train.report import markdown_table
+
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for path in sorted(folder.glob("*-s*.json")):
+        record = json.loads(path.read_text())
+        runs.setdefault((record["model"], record["setting"]), []).append(record)
+    rows = []
+    for (model, setting), records in sorted(runs.items()):
+        losses = [r["eval_loss"] for r in records]
+        ddp = [r["eval_loss"] for r in runs.get((model, "ddp"), [])]
+        gap = (
+            f"{100 * (statistics.fmean(losses) / statistics.fmean(ddp) - 1):+.2f}%" if ddp else "—"
+        )
+        sent = statistics.fmean(r["bytes_sent_per_step"] for r in records)
+        rows.append([
+            model, setting, ", ".join(str(r["seed"]) for r in records), spread(losses, 4), gap,
+            f"{sent:,.0f}", f"{records[0]['fp32_bytes_per_step'] / sent:.1f}x",
+        ])  # fmt: skip
+    table = markdown_table(
+        ["model", "setting", "seeds", "eval loss", "vs DDP", "bytes / step / rank", "fewer bytes"],
+        rows,
+    )
+    atomic_write_text(folder / "results.md", table)
+    return table
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=MODELS, default="gpt2")
@@ -178,6 +210,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=30, help="linear warm-up steps")
     parser.add_argument("--data-dir", default=None, help="a folder of .txt files (pydoc)")
     parser.add_argument("--out", required=True, help="folder of the result files")
+    parser.add_argument("--report", action="store_true",
+                        help="no training: write --out's results.md from its records")  # fmt: skip
     args = parser.parse_args(argv)
     local = (SETTINGS[args.setting] or {}).get("local_steps", 1)
     for name in ("steps", "eval_every"):
@@ -189,13 +223,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """One run on the ranks torchrun started; rank 0 writes its record and returns it."""
+    """One run on the ranks torchrun started; rank 0 writes its record and returns it (or,
+    with ``--report``, the table of the records)."""
     import torch.distributed as dist
     from transformers import Trainer, TrainingArguments, set_seed
 
     from terngrad.integrations.transformers import TernGradCallback
 
     args = parse_args(argv)
+    if args.report:
+        print(report(Path(args.out)))
+        return {}
     torch.set_num_threads(1)
     train, held_out = byte_streams(args.data_dir)
     g = torch.Generator().manual_seed(1234)  # the data, the same for every seed

@@ -1,0 +1,30 @@
+"""The Trainer-defaults experiment's settings and byte count (no training here: the runs are
+in docs/results/trainer-defaults/)."""
+
+import pytest
+import torch
+
+pytest.importorskip("transformers", reason="pip install 'terngrad[transformers]'")
+
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from terngrad.experiments import trainer_defaults as td
+
+
+def test_steps_and_evaluations_must_meet_the_outer_steps():
+    args = td.parse_args(["--setting", "local16", "--out", "o"])
+    assert (args.steps, args.eval_every, args.model) == (320, 80, "gpt2")
+    with pytest.raises(SystemExit):
+        td.parse_args(["--setting", "local16", "--steps", "300", "--out", "o"])
+    assert td.parse_args(["--setting", "ddp", "--steps", "300", "--out", "o"]).steps == 300
+
+
+def test_the_default_sends_8x_fewer_bytes_than_fp32_on_gpt2_smalls_shape():
+    """GPT-2 small from its config (124M parameters, the 50,257 x 768 embedding tied to the
+    head), shapes only: the callback's default against DDP's fp32 all-reduce, 2 ranks."""
+    with torch.device("meta"):
+        model = GPT2LMHeadModel(GPT2Config())
+    sent, fp32 = td.counted_bytes(model, {})
+    assert fp32 == 4 * 124_439_808  # 2 (N-1)/N of the fp32 gradient at N = 2
+    assert fp32 / sent >= 8, fp32 / sent
+    assert td.counted_bytes(model, None) == (fp32, fp32)  # DDP
