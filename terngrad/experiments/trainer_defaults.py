@@ -51,6 +51,8 @@ SETTINGS: dict[str, dict[str, Any] | None] = {
     "local8-last": {"local_steps": 8, "quantize_last": True},
     "local16-last": {"local_steps": 16, "quantize_last": True},
     "local16-fp32": {"local_steps": 16, "quantizer": "fp32"},
+    "local16-avg": {"local_steps": 16, "outer_lr": 1.0, "outer_momentum": 0.0},
+    "local8-avg": {"local_steps": 8, "outer_lr": 1.0, "outer_momentum": 0.0},
 }
 MODELS = ("gpt2", "bert")
 CONTEXT = 128  # bytes a window

@@ -1,6 +1,8 @@
 """The Trainer-defaults experiment's settings and byte count (no training here: the runs are
 in docs/results/trainer-defaults/)."""
 
+import json
+
 import pytest
 import torch
 
@@ -28,3 +30,15 @@ def test_the_default_sends_8x_fewer_bytes_than_fp32_on_gpt2_smalls_shape():
     assert fp32 == 4 * 124_439_808  # 2 (N-1)/N of the fp32 gradient at N = 2
     assert fp32 / sent >= 8, fp32 / sent
     assert td.counted_bytes(model, None) == (fp32, fp32)  # DDP
+
+
+def test_the_report_puts_each_setting_beside_ddp(tmp_path):
+    for setting, seed, loss, sent in (("ddp", 0, 2.0, 800), ("ddp", 1, 2.2, 800),
+                                      ("local16", 0, 2.2, 8)):  # fmt: skip
+        record = {"model": "gpt2", "setting": setting, "seed": seed, "eval_loss": loss,
+                  "bytes_sent_per_step": sent, "fp32_bytes_per_step": 800}  # fmt: skip
+        (tmp_path / f"gpt2-{setting}-s{seed}.json").write_text(json.dumps(record))
+    td.main(["--report", "--out", str(tmp_path)])
+    rows = (tmp_path / "results.md").read_text().splitlines()
+    assert rows[2] == "| gpt2 | ddp | 0, 1 | 2.1000 ± 0.1414 | +0.00% | 800 | 1.0x |"
+    assert rows[3] == "| gpt2 | local16 | 0 | 2.2000 | +4.76% | 8 | 100.0x |"
