@@ -51,6 +51,9 @@ SETTINGS: dict[str, dict[str, Any] | None] = {
     "local8-last": {"local_steps": 8, "quantize_last": True},
     "local16-last": {"local_steps": 16, "quantize_last": True},
     "local16-fp32": {"local_steps": 16, "quantizer": "fp32"},
+    "local16-noef": {"local_steps": 16, "error_feedback": False},
+    "local8-noef": {"local_steps": 8, "error_feedback": False},
+    "local16-noef-last": {"local_steps": 16, "error_feedback": False, "quantize_last": True},
     "local16-avg": {"local_steps": 16, "outer_lr": 1.0, "outer_momentum": 0.0},
     "local8-avg": {"local_steps": 8, "outer_lr": 1.0, "outer_momentum": 0.0},
 }

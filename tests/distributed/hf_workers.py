@@ -53,7 +53,7 @@ def as_torchrun(rank: int, world: int) -> None:
 
 
 def train_with_a_nan(rank: int, world: int, nan_step: int) -> dict:
-    """6 optimizer steps of 2 micro-batches with the per-step hook, rank 1's loss NaN at
+    """6 optimizer steps of 2 micro-batches with ``TernGradCallback()``, rank 1's loss NaN at
     optimizer step ``nan_step``; then a second ``train()`` of 2 steps on the same Trainer (its
     DDP model kept, the hook on it kept); then a second TernGradCallback, refused."""
     from transformers import Trainer, TrainerCallback
@@ -78,7 +78,7 @@ def train_with_a_nan(rank: int, world: int, nan_step: int) -> dict:
         def on_step_end(self, args, state, control, model=None, **kwargs):
             self.after[state.global_step] = checksum(model)
 
-    model, checksums, callback = tiny_gpt2(), Checksums(), TernGradCallback(local_steps=1)
+    model, checksums, callback = tiny_gpt2(), Checksums(), TernGradCallback()
     with tempfile.TemporaryDirectory() as out, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer = NanTrainer(model=model, args=training_args(out), train_dataset=toy_data(),
@@ -94,7 +94,7 @@ def train_with_a_nan(rank: int, world: int, nan_step: int) -> dict:
         trainer.train()  # the same DDP model and hook
         second = callback.state is state and callback.state.stats.steps == stats.steps + 2
         trainer.remove_callback(callback)
-        trainer.add_callback(TernGradCallback(local_steps=1))
+        trainer.add_callback(TernGradCallback())
         try:
             trainer.train()
             refused = None

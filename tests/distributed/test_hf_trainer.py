@@ -1,8 +1,6 @@
-"""The Hugging Face Trainer with ``TernGradCallback(local_steps=1)`` (the per-step hook) and
-nothing else: the real Trainer on 2 gloo ranks (bytes, identical replicas, a NaN on one rank
-skipping the step everywhere, a second ``train()``, the logs), the default (local steps; run on
-2 ranks in test_integrations.py), and the one-line refusals of what the callback cannot
-serve."""
+"""The Hugging Face Trainer with ``TernGradCallback()`` and nothing else: the real Trainer on 2
+gloo ranks (bytes, identical replicas, a NaN on one rank skipping the step everywhere, a second
+``train()``, the logs), and the one-line refusals of what the callback cannot serve."""
 
 from __future__ import annotations
 
@@ -68,12 +66,7 @@ def _one_line(exc: pytest.ExceptionInfo) -> str:
     return str(exc.value)
 
 
-def test_the_default_is_local_steps_and_local_steps_1_the_per_step_hook():
-    """Chosen from docs/results/trainer-defaults/ (issue 43): DDP's eval loss with the
-    Trainer's defaults, where the per-step hook lost 3-4%."""
-    assert TernGradCallback().local["local_steps"] == hf.DEFAULT_LOCAL_STEPS == 16
-    assert TernGradCallback().options.error_feedback
-    assert TernGradCallback(local_steps=1).local is None
+def test_a_run_that_ends_between_outer_steps_is_warned_of():
     with pytest.warns(RuntimeWarning, match="max_steps 300 is not a multiple of local_steps 16"):
         hf._warn_unaligned(300, 16)
 
@@ -85,7 +78,7 @@ def test_bad_settings_are_refused_when_the_callback_is_made():
     for bad, said in (
         ({"local_steps": 0}, "local_steps must be an integer of at least 1"),
         ({"local_steps": 8, "outer_lr": -1}, "outer_lr must be a positive finite number"),
-        ({"local_steps": 1, "overlap": True}, "overlap overlaps the outer exchange of local steps"),
+        ({"overlap": True}, "overlap overlaps the outer exchange of local steps"),
         ({"local_steps": "auto", "max_comm_share": 2}, "max_comm_share must be a share"),
     ):
         with pytest.raises(ValueError) as exc:
