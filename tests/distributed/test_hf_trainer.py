@@ -16,6 +16,7 @@ from accelerate import Accelerator
 from ranks import run
 from transformers import Trainer
 
+from terngrad.integrations import transformers as hf
 from terngrad.integrations.transformers import TernGradCallback
 
 
@@ -94,6 +95,11 @@ def _one_line(exc: pytest.ExceptionInfo) -> str:
     return str(exc.value)
 
 
+def test_a_run_that_ends_between_outer_steps_is_warned_of():
+    with pytest.warns(RuntimeWarning, match="max_steps 300 is not a multiple of local_steps 16"):
+        hf._warn_unaligned(300, 16)
+
+
 def test_bad_settings_are_refused_when_the_callback_is_made():
     with pytest.raises(ValueError) as exc:
         TernGradCallback(quantizer="ternary")
@@ -167,3 +173,22 @@ def test_the_callback_outside_a_trainer_says_where_it_belongs():
     with pytest.raises(RuntimeError) as exc:
         TernGradCallback().on_train_begin(None, None, None)
     assert "callbacks=[TernGradCallback()]" in _one_line(exc)
+
+
+def test_a_momentum_exchanging_optimizer_is_refused_with_the_trainers_clipping(tmp_path):
+    """The hook would hand LocalVarianceAdamW the exchanged momentum in p.grad, which the
+    Trainer's default clipping (max_grad_norm=1.0) rescales as a gradient: refused when the
+    Trainer is made; with max_grad_norm=0 it is made (issue 43)."""
+    from terngrad.optim import LocalVarianceAdamW
+
+    def trainer(**changes):
+        model = w.tiny_gpt2()
+        return Trainer(model=model, args=w.training_args(str(tmp_path), max_steps=1, **changes),
+                       train_dataset=w.toy_data(16),
+                       optimizers=(LocalVarianceAdamW(model.parameters()), None),
+                       callbacks=[TernGradCallback(local_steps=1)])  # fmt: skip
+
+    with pytest.raises(RuntimeError) as exc:
+        trainer()
+    assert "give TrainingArguments(max_grad_norm=0)" in _one_line(exc)
+    assert trainer(max_grad_norm=0).args.max_grad_norm == 0  # made, not refused

@@ -1,0 +1,47 @@
+"""The Trainer-defaults experiment's settings and byte count (no training here: the runs are
+in docs/results/trainer-defaults/)."""
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("transformers", reason="pip install 'terngrad[transformers]'")
+
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from terngrad.experiments import trainer_defaults as td
+
+
+def test_steps_and_evaluations_must_meet_the_outer_steps():
+    args = td.parse_args(["--setting", "local16", "--out", "o"])
+    assert (args.steps, args.eval_every, args.model) == (320, 80, "gpt2")
+    with pytest.raises(SystemExit):
+        td.parse_args(["--setting", "local16", "--steps", "300", "--out", "o"])
+    assert td.parse_args(["--setting", "ddp", "--steps", "300", "--out", "o"]).steps == 300
+
+
+def test_the_bytes_on_gpt2_smalls_shape_are_those_the_docs_give():
+    """GPT-2 small from its config (124M parameters, the 50,257 x 768 embedding tied to the
+    head), shapes only, 2 ranks: fp32 over what each setting sends (docs/integrations.md)."""
+    with torch.device("meta"):
+        model = GPT2LMHeadModel(GPT2Config())
+    fewer = {}
+    for setting in ("ddp", "hook", "hook-last", "local16", "local16-last"):
+        sent, fp32 = td.counted_bytes(model, td.SETTINGS[setting])
+        fewer[setting] = round(fp32 / sent, 1)
+    assert fp32 == 4 * 124_439_808  # 2 (N-1)/N of the fp32 gradient at N = 2
+    assert fewer == {"ddp": 1.0, "hook": 2.8, "hook-last": 16.0, "local16": 45.3,
+                     "local16-last": 256.1}  # fmt: skip
+
+
+def test_the_report_puts_each_setting_beside_ddp(tmp_path):
+    for setting, seed, loss, sent in (("ddp", 0, 2.0, 800), ("ddp", 1, 2.2, 800),
+                                      ("local16", 0, 2.2, 8)):  # fmt: skip
+        record = {"model": "gpt2", "setting": setting, "seed": seed, "eval_loss": loss,
+                  "bytes_sent_per_step": sent, "fp32_bytes_per_step": 800}  # fmt: skip
+        (tmp_path / f"gpt2-{setting}-s{seed}.json").write_text(json.dumps(record))
+    td.main(["--report", "--out", str(tmp_path)])
+    rows = (tmp_path / "results.md").read_text().splitlines()
+    assert rows[2] == "| gpt2 | ddp | 0, 1 | 2.1000 ± 0.1414 | +0.00% | 800 | 1.0x |"
+    assert rows[3] == "| gpt2 | local16 | 0 | 2.2000 | +4.76% | 8 | 100.0x |"
