@@ -79,10 +79,9 @@ def trainer_resumes(rank: int, world: int, folder: str, steps: int = 4, at: int 
     if rank == 0:  # a checkpoint made without the callback: the same, less terngrad's files
         shutil.copytree(saved, bare, ignore=shutil.ignore_patterns("terngrad-rank*"))
     dist.barrier()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        train(os.path.join(folder, "bare-run"), MODES["hook"], bare)
-    out["warnings"] = [str(w.message) for w in caught if "terngrad" in str(w.message)]
+    out["warnings"] = _terngrad_warnings(
+        train, os.path.join(folder, "bare-run"), MODES["hook"], bare
+    )
     return out
 
 
@@ -145,8 +144,13 @@ def lightning_resumes(rank: int, world: int, folder: str, epochs: int = 2) -> di
         ckpt["callbacks"] = {k: v for k, v in ckpt["callbacks"].items() if "TernGrad" not in k}
         torch.save(ckpt, bare)
     dist.barrier()
+    out["warnings"] = _terngrad_warnings(fit, os.path.join(folder, "bare-run"), MODES["hook"], bare)
+    return out
+
+
+def _terngrad_warnings(run, *args) -> list[str]:
+    """The terngrad warnings ``run(*args)`` raises (a resume without terngrad state)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fit(os.path.join(folder, "bare-run"), MODES["hook"], bare)
-    out["warnings"] = [str(w.message) for w in caught if "terngrad" in str(w.message)]
-    return out
+        run(*args)
+    return [str(w.message) for w in caught if "terngrad" in str(w.message)]
