@@ -373,6 +373,11 @@ def _fsdp_groups(
             "module's gradients when its backward is done (wrap fewer modules for fewer "
             "exchanges): leave fuse_buckets off"
         )
+    if opts.fit_scale:
+        raise ValueError(
+            "terngrad.fsdp: fit_scale is the DDP hook's and DiLoCo's; FSDP's reduce-scatter "
+            "decodes on the shared scale: leave fit_scale off"
+        )
     if opts.topology != "sharded" or opts.policy != "quantize":
         raise ValueError(
             "terngrad.fsdp: FSDP's reduce-scatter is the sharded exchange with every group "

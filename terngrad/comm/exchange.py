@@ -137,8 +137,13 @@ class Exchange(ABC):
         link: Link,
         aggregate: str = "requantize",
         kernels: Kernels | None = None,
+        fit_scale: bool = False,
     ) -> None:
         self.check(quantizer, aggregate, "quantize")
+        if fit_scale:
+            check_fit_scale(quantizer)
+        #: digits decode to their least-squares value, not the scale (for error feedback)
+        self.fit_scale = fit_scale
         self.quantizer = quantizer
         self.link = link
         self.kernels = kernels if kernels is not None else resolve("torch")
@@ -205,6 +210,19 @@ class Exchange(ABC):
 
     def _read_message(self, frame: torch.Tensor, q: Quantizer, numel: int, sender: int):
         return self._decode(q, self._parse_message(frame, q, numel, sender))
+
+
+def check_fit_scale(quantizer: Quantizer) -> None:
+    """``ValueError`` with one line unless ``quantizer`` rounds onto a ternary grid, the one
+    ``fit_scale`` fits (:func:`terngrad.comm.grid_step.least_squares_values`)."""
+    if not (isinstance(quantizer, SymmetricGrid) and quantizer.m == 1):
+        what = quantizer.name
+        if isinstance(quantizer, SymmetricGrid):
+            what += f" with {quantizer.levels} levels"
+        raise ValueError(
+            f"fit_scale fits ternary digits (terngrad, qsgd with 3 levels); {what} is not: "
+            "leave fit_scale off"
+        )
 
 
 def _kinds(kinds: tuple[type[Quantizer], ...]) -> str:

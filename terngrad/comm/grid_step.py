@@ -1,5 +1,6 @@
 """One rank's gradient on the shared grid for one step: the scales shared by all ranks
-(:func:`share_scales`), then (:class:`GridStep`) its digits packed into frames of any range,
+(:func:`share_scales`; with ``fit_scale`` also the least-squares value of a digit,
+:func:`share_fitted_scales`), then (:class:`GridStep`) its digits packed into frames of any range,
 frames of summed digits added, and sums decoded into the mean.
 
 The per-element work runs on a :mod:`terngrad.kernels` backend; the frames are those of
@@ -39,10 +40,51 @@ def share_scales(link: Link, local: torch.Tensor) -> torch.Tensor | None:
     each bucket's ``local`` scale, so that every rank rounds onto the same grid; ``None`` if
     some rank's gradient is not finite (its scale then is not). A flag travels with the
     scales, because a MAX reduction need not propagate NaN (max(1, NaN) may be 1)."""
-    finite = torch.isfinite(local)
-    flag = (~finite).any().to(local.dtype).reshape(1)
-    shared = link.all_reduce(torch.cat([local.where(finite, 0.0), flag]), dist.ReduceOp.MAX)
-    return shared[:-1] if float(shared[-1]) == 0.0 else None
+    return _max_if_finite(link, local)
+
+
+def share_fitted_scales(
+    link: Link, local: torch.Tensor, fit: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """:func:`share_scales` and, in the same all-reduce, the value a digit decodes to per
+    bucket (``fit_scale``): ``min(min_r fit_r, s)``, ``fit_r`` each rank's least-squares
+    value (:func:`least_squares_values`) and ``s`` the shared scale. Returns ``(s, values)``,
+    identical on every rank, or ``None`` if some rank's gradient is not finite."""
+    agreed = _max_if_finite(link, torch.cat([local, -fit]))
+    if agreed is None:
+        return None
+    shared, fitted = agreed.split(local.numel())
+    return shared, torch.minimum(-fitted, shared)
+
+
+def _max_if_finite(link: Link, values: torch.Tensor) -> torch.Tensor | None:
+    finite = torch.isfinite(values)
+    flag = (~finite).any().to(values.dtype).reshape(1)
+    agreed = link.all_reduce(torch.cat([values.where(finite, 0.0), flag]), dist.ReduceOp.MAX)
+    return agreed[:-1] if float(agreed[-1]) == 0.0 else None
+
+
+def least_squares_values(grid: GridInput) -> torch.Tensor:
+    """Per bucket, the value ``v = <y, g> / ||y||_1`` (float32) that makes ``v t`` the
+    least-squares fit of the gradient ``g`` among the multiples of this rank's ternary digits
+    ``t`` (``y`` the clipped ``g``; one level a side, ``m = 1``): with ``s`` the grid's scale,
+    ``E[t] = y / s`` and ``E||t||^2 = ||y||_1 / s``, so ``E||g - v t||^2`` is least at
+    ``v = <E t, g> / E||t||^2``. Decoding digits to ``v`` instead of ``s`` shrinks what is
+    sent by ``v / s``, which makes the compression a contraction (``E||g - C(g)||^2 <
+    ||g||^2``): worker-side error feedback needs one (Karimireddy et al. 2019, Assumption A;
+    Beznosikov et al. 2020, unbiased compressors scaled by ``1 / (1 + omega)``). Plain
+    TernGrad's ``E||g - Q(g)||^2 = s ||y||_1 - ||y||^2`` exceeds ``||g||^2`` when
+    ``s ||y||_1 > 2 ||y||^2`` (evenly spread values, as AdamW's updates are), and the
+    residual can then grow without bound. A bucket of zeros gets 0."""
+    y = grid.flat.double()
+    clipped = y
+    if grid.bound is not None:
+        bound = grid.bound.double()
+        bound = grid.layout.expand(torch.where(bound > 0, bound, torch.inf))
+        clipped = torch.maximum(torch.minimum(y, bound), -bound)
+    dot = grid.layout.reduce(clipped * y, lambda rows: rows.sum(1))
+    l1 = grid.layout.reduce(clipped.abs(), lambda rows: rows.sum(1))
+    return torch.where(l1 > 0, dot / l1.clamp_min(1e-300), 0.0).float()
 
 
 @dataclass(frozen=True)
@@ -54,6 +96,8 @@ class GridStep:
     grid: GridInput
     shared: torch.Tensor
     draws: Streams | torch.Tensor
+    #: what a digit decodes to per bucket, if not the shared scale (``fit_scale``)
+    values: torch.Tensor | None = None
 
     @property
     def quantizer(self) -> SymmetricGrid:
@@ -83,10 +127,11 @@ class GridStep:
 
     def decode(self, frame: torch.Tensor, lo: int, out: torch.Tensor, count: int, sender) -> None:
         """``out`` (the elements from ``lo`` on) gets the mean of ``count`` ranks' quantized
-        values from ``frame``, their summed digits: ``s * sum / (count m)``."""
+        values from ``frame``, their summed digits: ``s * sum / (count m)`` (``values`` in
+        place of ``s`` if given)."""
         q = self.quantizer
         payload = read_codes(frame, q.method_id, out.numel(), count, q.m, sender)
         self.kernels.decode_into(
             out, payload, codes_codec(count, q.m), count * q.m, count * q.m, lo,
-            self.grid.layout, self.shared,
+            self.grid.layout, self.shared if self.values is None else self.values,
         )  # fmt: skip

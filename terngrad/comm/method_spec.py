@@ -273,6 +273,8 @@ def _render(m: Method) -> list[str]:
         tokens.append(f"min{x.min_numel}")
     if x.error_feedback:
         tokens.append("ef")
+    if x.fit_scale:
+        tokens.append("fit")
     if x.aggregate != "requantize":
         tokens.append(_AGGREGATE_TOKENS[x.aggregate])
     if x.policy != "quantize":
@@ -313,6 +315,8 @@ def _words(m: Method) -> str:
         )  # fmt: skip
     if x.error_feedback:
         parts.append("error feedback")
+    if x.fit_scale:
+        parts.append("digits valued by a least-squares fit")
     if x.aggregate != "requantize":
         parts.append(f"{x.aggregate} aggregates")
     if x.policy != "quantize":
@@ -354,6 +358,7 @@ _SLOTS: tuple[tuple[str, str, Callable[[re.Match], dict[str, Any]]], ...] = (
     ("last layer", r"last", lambda g: {"x": {"quantize_last": True}}),
     ("min numel", r"min(\d+)", lambda g: {"x": {"min_numel": _integer(g[1])}}),
     ("error feedback", r"ef", lambda g: {"x": {"error_feedback": True}}),
+    ("fitted scale", r"fit", lambda g: {"x": {"fit_scale": True}}),
     ("aggregate", r"fp16agg|coherent",
      lambda g: {"x": {"aggregate": {v: k for k, v in _AGGREGATE_TOKENS.items()}[g[0]]}}),
     ("policy", r"auto", lambda g: {"x": {"policy": "auto"}}),

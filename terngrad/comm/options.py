@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from terngrad import quantize
-from terngrad.comm.exchange import Exchange
+from terngrad.comm.exchange import Exchange, check_fit_scale
 from terngrad.comm.topologies import TOPOLOGIES
 from terngrad.kernels import KERNELS
 from terngrad.quantize import Quantizer, SymmetricGrid
@@ -69,6 +69,11 @@ class Options:
       bucket, only where the measured link and codec predict a faster exchange
       (:mod:`terngrad.comm.policy`; shared-grid quantizers only);
     * ``error_feedback``: worker-side residuals (:mod:`terngrad.comm.memory`);
+    * ``fit_scale``: with error feedback and a ternary grid (terngrad, qsgd with 3 levels), the
+      digits decode to their least-squares value ``min_r <y_r, g_r> / ||y_r||_1`` instead of
+      the shared scale (:func:`~terngrad.comm.grid_step.least_squares_values`): the
+      compression becomes a contraction and the residuals stay bounded, where plain TernGrad's
+      can grow without bound (evenly spread values such as AdamW's updates);
     * ``quantize_last``: quantize the last layer too (by default it stays in full precision);
     * ``min_numel``: tensors with fewer elements stay in full precision;
     * ``aggregate``: how aggregates off the shared grid travel on, ``requantize`` (with
@@ -106,6 +111,10 @@ class Options:
         "to be faster", _X, metavar="NAME",
     )  # fmt: skip
     error_feedback: bool = setting(False, "worker-side error feedback", _X)
+    fit_scale: bool = setting(
+        False, "with --error-feedback: ternary digits decode to their least-squares value, "
+        "not the scale, so that the residual stays bounded", _X,
+    )  # fmt: skip
     quantize_last: bool = setting(False, "quantize the last layer too (default: full "
                                   "precision)", _X)  # fmt: skip
     min_numel: int = setting(MIN_NUMEL, "tensors with fewer elements stay full precision", _X,
@@ -149,9 +158,16 @@ class Options:
                 f"(terngrad, qsgd); {self.quantizer} has no such model: use policy 'quantize'"
             )
         Exchange.registry[self.topology].check(q, self.aggregate, self.policy)
-        for name in ("error_feedback", "quantize_last", "fuse_buckets"):
+        for name in ("error_feedback", "fit_scale", "quantize_last", "fuse_buckets"):
             if not isinstance(getattr(self, name), bool):
                 _fail(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.fit_scale and not self.error_feedback:
+            _fail(
+                "fit_scale shrinks what is sent (a biased compression): it needs "
+                "error_feedback=True to send the rest later"
+            )
+        if self.fit_scale:
+            check_fit_scale(q)
         check_settings(self)  # min_numel, full_precision_steps, seed, timeout
 
     @classmethod

@@ -93,6 +93,7 @@ class Reducer(RankState):
             self.link,
             options.aggregate,
             self.kernels,
+            options.fit_scale,
         )
         self.generator = torch.Generator(device=device).manual_seed(
             rank_seed(options.seed, self.link.rank)

@@ -25,7 +25,12 @@ import torch
 from terngrad.comm.coherent import CoherentStep, bucket_shard_bounds
 from terngrad.comm.errors import ExchangeMismatch
 from terngrad.comm.exchange import Draws, Exchange, Result, shard_bounds
-from terngrad.comm.grid_step import GridStep, share_scales
+from terngrad.comm.grid_step import (
+    GridStep,
+    least_squares_values,
+    share_fitted_scales,
+    share_scales,
+)
 from terngrad.comm.link import Link
 from terngrad.kernels import Kernels, Streams
 from terngrad.quantize import Encoded, Layout, LevelQuantizer, Quantizer, SymmetricGrid
@@ -56,12 +61,17 @@ class RoutedExchange(Exchange):
         q = self.quantizer
         if isinstance(q, SymmetricGrid):
             grid = self.kernels.grid_prepare(q, flat, layout)
-            shared = share_scales(self.link, grid.local)
-            if shared is None:
+            if self.fit_scale:
+                agreed = share_fitted_scales(self.link, grid.local, least_squares_values(grid))
+            else:
+                shared = share_scales(self.link, grid.local)
+                agreed = None if shared is None else (shared, None)
+            if agreed is None:
                 return Result(None, None)
+            shared, values = agreed
             if draws is None:
                 draws = torch.rand(flat.numel(), generator=generator, device=flat.device)
-            step = GridStep(self.kernels, grid, shared, draws)
+            step = GridStep(self.kernels, grid, shared, draws, values)
             mean_parts, own_parts = self._grid_exchange(step, flat.numel())
             own_values = None
             if own:
@@ -290,6 +300,8 @@ class OwnScalesExchange(Exchange, name="own-scales"):
         scales, payload = q._pack(
             self.kernels, grid, grid.local if finite else torch.zeros_like(grid.local), draws
         )
+        if self.fit_scale and finite:  # digits rounded on s, decoded to the fitted value
+            scales = torch.minimum(least_squares_values(grid), scales)
         mine = q._message(flat, layout, scales, payload)
         frame = mine.to_frame()
         flag = torch.tensor([0 if finite else 1], dtype=torch.uint8, device=frame.device)
@@ -329,6 +341,7 @@ def make_exchange(
     link: Link,
     aggregate: str = "requantize",
     kernels: Kernels | None = None,
+    fit_scale: bool = False,
 ) -> Exchange:
     """The exchange named ``topology`` (``kernels``: the backend of its per-step operations and
     its messages' ``encode``/``decode``, the torch reference by default); ``ValueError``
@@ -337,4 +350,4 @@ def make_exchange(
         raise ValueError(
             f"unknown topology {topology!r}; choose one of: {', '.join(Exchange.registry)}"
         )
-    return Exchange.registry[topology](quantizer, link, aggregate, kernels)
+    return Exchange.registry[topology](quantizer, link, aggregate, kernels, fit_scale)

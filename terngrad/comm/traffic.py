@@ -104,16 +104,19 @@ def plus(*parts: list[Traffic]) -> list[Traffic]:
 # --------------------------------------------------------------------------- the exchanges
 
 
-def grid_traffic(topology: str, numel: int, n_scales: int, world: int, m: int) -> list[Traffic]:
+def grid_traffic(
+    topology: str, numel: int, n_scales: int, world: int, m: int, fit_scale: bool = False
+) -> list[Traffic]:
     """Per rank, what :meth:`Exchange.reduce` of a shared-grid quantizer (``m`` levels a side:
     TernGrad 1) moves for ``numel`` elements with ``n_scales`` scales on ``world`` ranks with
     scalar sharing (topologies ``sharded``, ``ps``, ``allgather``): the scale all-reduce (with
-    its non-finite flag), then the topology's frames (sizes from :func:`codes_frame_nbytes`)."""
+    its non-finite flag, and with ``fit_scale`` the fitted values), then the topology's frames
+    (sizes from :func:`codes_frame_nbytes`)."""
     if topology not in TOPOLOGIES or topology == "own-scales":
         raise ValueError(
             f"grid_traffic covers the topologies with scalar sharing, not {topology!r}"
         )
-    scales = all_reduce(4 * (n_scales + 1), world)
+    scales = all_reduce(4 * (n_scales * (2 if fit_scale else 1) + 1), world)
     one, agg = codes_frame_nbytes(numel, 1, m), codes_frame_nbytes(numel, world, m)
     if topology == "sharded":  # scales; all-to-all of shards; all-gather of the owners' sums
         shards = [codes_frame_nbytes(b - a, 1, m) for a, b in shard_bounds(numel, world)]
@@ -125,7 +128,12 @@ def grid_traffic(topology: str, numel: int, n_scales: int, world: int, m: int) -
 
 
 def exchange_traffic(
-    quantizer: Quantizer, topology: str, layout: Layout, world: int, aggregate: str = "requantize"
+    quantizer: Quantizer,
+    topology: str,
+    layout: Layout,
+    world: int,
+    aggregate: str = "requantize",
+    fit_scale: bool = False,
 ) -> list[Traffic]:
     """Per rank, what :meth:`Exchange.reduce` moves for a gradient of ``layout`` on ``world``
     ranks: the shared grid with scalar sharing (:func:`grid_traffic`); each rank's own scales
@@ -136,7 +144,7 @@ def exchange_traffic(
     if topology == "own-scales":
         return all_gather([q.message_nbytes(n, layout.segments) + 1] * world)
     if isinstance(q, SymmetricGrid):
-        return grid_traffic(topology, n, layout.n_buckets, world, q.m)
+        return grid_traffic(topology, n, layout.n_buckets, world, q.m, fit_scale)
     if aggregate == "coherent" and isinstance(q, LevelQuantizer):
         raise ValueError("the traffic of aggregate 'coherent' is not modelled")
     agg = quantize.get("fp16") if aggregate == "fp16" else q

@@ -620,3 +620,40 @@ def fused_buckets(rank: int, world: int) -> dict:
     except ValueError as e:
         out["synchronizer"] = str(e)
     return out
+
+
+def fitted_feedback(rank: int, world: int, clip: float | None, topology: str, steps: int) -> dict:
+    """Error feedback on fresh Gaussian gradients every step, plain and with ``fit_scale``
+    (through the Synchronizer): the residual's norm each step, the first step's means (the
+    same draws in both) and every rank's first gradient (to rebuild the fitted values)."""
+    out: dict = {}
+    for fit in (False, True):
+        model = nn.Linear(64, 64, bias=False)
+        sync = Synchronizer(
+            model, "terngrad", topology, clip=clip, error_feedback=True, fit_scale=fit,
+            quantize_last=True, min_numel=0, seed=5,
+        )  # fmt: skip
+        gen = torch.Generator().manual_seed(200 + rank)
+        norms, means, sent, true = [], [], torch.zeros(64 * 64), torch.zeros(64 * 64)
+        for _ in range(steps):
+            g = torch.randn(64, 64, generator=gen)
+            model.weight.grad = g.clone()
+            sync.step()
+            mean = model.weight.grad.reshape(-1).clone()
+            total = g.reshape(-1).clone()
+            dist.all_reduce(total)
+            sent += mean
+            true += total / world
+            norms.append(sync.reducer.memory.norm() / float(g.norm()))
+            means.append(mean)
+        out[fit] = {
+            "norms": norms,
+            "first_mean": means[0],
+            "last_mean": means[-1],
+            "drift": float((sent - true).norm() / true.norm()),
+        }
+    firsts = [torch.empty(64 * 64) for _ in range(world)]
+    dist.all_gather(firsts, torch.randn(64, 64, generator=torch.Generator().manual_seed(
+        200 + rank)).reshape(-1))  # fmt: skip
+    out["gradients"] = firsts
+    return out
