@@ -46,6 +46,9 @@ SETTINGS: dict[str, dict[str, Any] | None] = {
     "hook-ef": {"local_steps": 1, "error_feedback": True},
     "hook-last": {"local_steps": 1, "quantize_last": True},
     "hook-ef-last": {"local_steps": 1, "error_feedback": True, "quantize_last": True},
+    "hook-ef-fit": {"local_steps": 1, "error_feedback": True, "fit_scale": True},
+    "hook-ef-fit-last": {"local_steps": 1, "error_feedback": True, "fit_scale": True,
+                         "quantize_last": True},
     "local8": {"local_steps": 8, "quantize_last": False},
     "local16": {"local_steps": 16, "quantize_last": False},
     "local8-last": {"local_steps": 8, "quantize_last": True},
@@ -54,6 +57,8 @@ SETTINGS: dict[str, dict[str, Any] | None] = {
     "local16-noef": {"local_steps": 16, "error_feedback": False},
     "local8-noef": {"local_steps": 8, "error_feedback": False},
     "local16-noef-last": {"local_steps": 16, "error_feedback": False, "quantize_last": True},
+    "local16-fit": {"local_steps": 16, "fit_scale": True},
+    "local16-fit-last": {"local_steps": 16, "fit_scale": True, "quantize_last": True},
     "local16-avg": {"local_steps": 16, "outer_lr": 1.0, "outer_momentum": 0.0},
     "local8-avg": {"local_steps": 8, "outer_lr": 1.0, "outer_momentum": 0.0},
 }
