@@ -13,11 +13,13 @@ the paper):
 
 1. each rank's pseudo-gradient ``Δ_r = θ_anchor − θ_r`` (what its ``H`` steps moved);
 2. ``Δ = mean_r Δ_r``, through terngrad's exchange (:class:`~terngrad.comm.Synchronizer`, the
-   DDP hook's reducer): TernGrad by default — scalar sharing, the sum of N ranks' codes exact,
-   worker-side error feedback on each rank's residual (``error_feedback=True`` by default:
-   what ternary rounding drops from ``Δ_r`` is added to the next one), the last layer and
-   tensors under ``min_numel`` elements in fp32, as the hook; ``quantizer="fp32"`` is the
-   uncompressed DiLoCo baseline;
+   DDP hook's reducer): TernGrad by default — scalar sharing, the sum of N ranks' codes exact
+   and unbiased, the last layer and tensors under ``min_numel`` elements in fp32, as the hook;
+   ``quantizer="fp32"`` is the uncompressed DiLoCo baseline. Worker-side error feedback is
+   off by default (``error_feedback=True`` turns it on): on AdamW's pseudo-gradients, whose
+   values are evenly spread, plain error feedback's residual grows from one outer step to the
+   next, and a contracting one (``fit_scale``) delays what it holds back, which the outer
+   momentum pays for — measured on the GPT (docs/local-steps.md);
 3. the outer optimizer — SGD with Nesterov momentum (``outer_lr``, ``outer_momentum``,
    DiLoCo's 0.7 and 0.9) — steps the anchor along ``Δ``, the same bits on every rank;
 4. every replica restarts from the anchor (bitwise equal on every rank), and buffers
@@ -130,7 +132,7 @@ class DiLoCo:
     ``auto_choices``, by default 1 to :data:`AUTO_MAX_LOCAL_STEPS`);
     ``overlap``: the outer exchange in the background, its update one outer step late;
     ``quantizer``, ``topology`` and any other keyword: the exchange of the pseudo-gradients,
-    as for :func:`terngrad.ddp.register` (``error_feedback`` defaults to True here), or
+    as for :func:`terngrad.ddp.register` (no error feedback by default, as there), or
     ``options``, a ready :class:`~terngrad.comm.Options`;
     ``outer_lr``, ``outer_momentum``, ``nesterov``: the outer SGD. Every rank must make it
     alike (checked, in one line naming the ranks, before any exchange). Rank 0's parameters
@@ -173,8 +175,6 @@ class DiLoCo:
                 "terngrad.diloco: the ranks made DiLoCo with different settings (compared with "
                 "rank 0) — " + " | ".join(problems)
             )
-        if options is None:
-            settings.setdefault("error_feedback", True)
         self.model, self.module, self.inner_optimizer = model, module, inner_optimizer
         #: ``H``: an integer, or ``"auto"`` until the :data:`AUTO_PROBE_STEPS`-th inner step
         self.local_steps: int | str = local_steps

@@ -49,19 +49,22 @@ SETTINGS: dict[str, dict[str, Any] | None] = {
     "hook-ef-fit": {"local_steps": 1, "error_feedback": True, "fit_scale": True},
     "hook-ef-fit-last": {"local_steps": 1, "error_feedback": True, "fit_scale": True,
                          "quantize_last": True},
-    "local8": {"local_steps": 8, "quantize_last": False},
-    "local16": {"local_steps": 16, "quantize_last": False},
-    "local8-last": {"local_steps": 8, "quantize_last": True},
-    "local16-last": {"local_steps": 16, "quantize_last": True},
+    "local8": {"local_steps": 8, "error_feedback": True, "quantize_last": False},
+    "local16": {"local_steps": 16, "error_feedback": True, "quantize_last": False},
+    "local8-last": {"local_steps": 8, "error_feedback": True, "quantize_last": True},
+    "local16-last": {"local_steps": 16, "error_feedback": True, "quantize_last": True},
     "local16-fp32": {"local_steps": 16, "quantizer": "fp32"},
     "local16-noef": {"local_steps": 16, "error_feedback": False},
     "local8-noef": {"local_steps": 8, "error_feedback": False},
     "local16-noef-last": {"local_steps": 16, "error_feedback": False, "quantize_last": True},
-    "local16-fit": {"local_steps": 16, "fit_scale": True},
-    "local16-fit-last": {"local_steps": 16, "fit_scale": True, "quantize_last": True},
-    "local16-avg": {"local_steps": 16, "outer_lr": 1.0, "outer_momentum": 0.0},
-    "local8-avg": {"local_steps": 8, "outer_lr": 1.0, "outer_momentum": 0.0},
-}
+    "local16-fit": {"local_steps": 16, "error_feedback": True, "fit_scale": True},
+    "local16-fit-last": {"local_steps": 16, "error_feedback": True, "fit_scale": True,
+                         "quantize_last": True},
+    "local16-avg": {"local_steps": 16, "error_feedback": True, "outer_lr": 1.0,
+                    "outer_momentum": 0.0},
+    "local8-avg": {"local_steps": 8, "error_feedback": True, "outer_lr": 1.0,
+                   "outer_momentum": 0.0},
+}  # fmt: skip
 MODELS = ("gpt2", "bert")
 CONTEXT = 128  # bytes a window
 BATCH = 16  # windows per rank and step

@@ -83,8 +83,6 @@ class TernGradCallback(Callback):
             raise ValueError("overlap overlaps the outer exchange of local steps: give local_steps")
         if self.local is not None and state is not None:
             raise ValueError("local steps make their own exchange: give no state=... with them")
-        if self.local is not None:
-            settings.setdefault("error_feedback", True)
         defaults = not settings and (quantizer, topology) == ("terngrad", "sharded")
         if state is not None and not defaults:
             raise ValueError("give TernGradCallback either state=... or the settings, not both")

@@ -110,9 +110,7 @@ class TernGradCallback(TrainerCallback):
         check_outer_settings(**local)
         #: DiLoCo's settings, when training with local steps (``local_steps`` other than 1)
         self.local = local if local_steps != 1 else None
-        if self.local is not None:
-            settings.setdefault("error_feedback", True)
-        elif overlap:
+        if self.local is None and overlap:
             raise ValueError("overlap overlaps the outer exchange of local steps: give local_steps")
         self.options = hook_options(quantizer, topology, **settings)
         #: the hook's state (or the DiLoCo, or terngrad.fsdp's under FSDP2), made when training

@@ -124,6 +124,7 @@ def refusals(rank: int, world: int) -> list[str]:
     attempt(lambda: terngrad.fsdp.register(build(), quantizer="linear"))
     attempt(lambda: terngrad.fsdp.register(build(), topology="ps"))
     attempt(lambda: terngrad.fsdp.register(build(), fuse_buckets=True))
+    attempt(lambda: terngrad.fsdp.register(build(), error_feedback=True, fit_scale=True))
     net = build()
     terngrad.fsdp.register(net)
     attempt(lambda: terngrad.fsdp.register(net))  # twice

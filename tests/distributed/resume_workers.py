@@ -18,8 +18,8 @@ from torch import nn
 #: the callbacks' settings each framework resumes under
 MODES = {
     "hook": {"error_feedback": True},
-    "local": {"local_steps": 2},
-    "overlap": {"local_steps": 2, "overlap": True},
+    "local": {"local_steps": 2, "error_feedback": True},  # the residuals resume too
+    "overlap": {"local_steps": 2, "overlap": True, "error_feedback": True},
 }
 #: Lightning's (the suite's time is short: local steps with overlap, the superset of without)
 LIGHTNING_MODES = ("hook", "overlap")

@@ -59,6 +59,11 @@ def test_a_new_method_is_one_name_and_defaults_are_left_out():
     same = Method(exchange=Options(quantizer_options={"clip": 2.5, "bucket_size": None}))
     assert same == methods.METHODS["terngrad"] and same.name == "terngrad"
     assert Method(exchange=Options("qsgd")).name == "qsgd-5"  # levels always written
+    fitted = methods.get("qsgd-3-ef-fit-local8")
+    assert fitted.exchange == Options(
+        "qsgd", quantizer_options={"levels": 3}, error_feedback=True, fit_scale=True
+    )
+    assert fitted.local_steps == 8 and "digits valued by a least-squares fit" in fitted.label
 
 
 @pytest.mark.parametrize(
@@ -75,6 +80,9 @@ def test_a_new_method_is_one_name_and_defaults_are_left_out():
         ("terngrad-5", "levels"),  # TernGrad has no levels option
         ("bingrad-b-own-scales", "own-scales' averages the shared-grid quantizers"),
         ("terngrad-local16-ef", r"error feedback \(ef\) comes before local steps"),
+        ("terngrad-fit-ef", r"error feedback \(ef\) comes before fitted scale"),
+        ("terngrad-fit", "fit_scale shrinks what is sent"),
+        ("qsgd-5-ef-fit", "qsgd with 5 levels is not"),
         ("terngrad-local4-localvar100", "no optimizer recipe, warm-up, fused buckets"),
         ("terngrad-fused-local4", "no optimizer recipe, warm-up, fused buckets"),
         ("terngrad-local1", "is written 'terngrad'"),

@@ -101,6 +101,17 @@ def test_options_say_how_they_differ():
         ),
         ({"aggregate": "coherent"}, "aggregate 'coherent' serves the level quantizers"),
         ({"fuse_buckets": "yes"}, "fuse_buckets must be True or False"),
+        ({"fit_scale": 1, "error_feedback": True}, "fit_scale must be True or False"),
+        ({"fit_scale": True}, "fit_scale shrinks what is sent .* needs error_feedback=True"),
+        (
+            {"fit_scale": True, "error_feedback": True, "quantizer": "qsgd"},
+            r"fit_scale fits ternary digits \(terngrad, qsgd with 3 levels\); qsgd with 5 "
+            "levels is not",
+        ),
+        (
+            {"fit_scale": True, "error_feedback": True, "quantizer": "signsgd"},
+            "signsgd is not: leave fit_scale off",
+        ),
     ],
 )
 def test_options_refuse_bad_values_in_one_line(change, message):
