@@ -82,7 +82,7 @@ METHODS: dict[str, Method] = {
         "fp32-sharded-localvar100", "terngrad-b512-ef-localvar100",
         "terngrad-b512-last-min0-ef-localvar100",
         "terngrad-b512-noclip-last-min0-ef-localvar100",
-        "terngrad-ef-local16", "terngrad-ef-fit-local16", "fp32-sharded-local16",
+        "terngrad-local16", "terngrad-ef-local16", "fp32-sharded-local16",
         "terngrad-ef-local16-overlap",
         *(f"{family}-{levels}" for family in ("qsgd", "linear", "orq") for levels in (3, 5, 9)),
         "bingrad-b", "bingrad-pb", "signsgd", "signsgd-b512",

@@ -68,7 +68,7 @@ DEFAULT_METHODS = (
 )  # fmt: skip
 #: local steps (DiLoCo) with AdamW inside, ternary and fp32 outer gradients: not run by
 #: default, named with --methods (--eval-every a multiple of 25)
-LOCAL_METHODS = ("terngrad-ef-local25", "fp32-sharded-local25")
+LOCAL_METHODS = ("terngrad-local25", "terngrad-ef-local25", "fp32-sharded-local25")
 
 
 #: the language models the comparison runs
