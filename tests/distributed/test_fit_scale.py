@@ -15,7 +15,7 @@ import torch
 from ranks import run
 
 STEPS = 40
-CASES = [(2.5, "sharded"), (None, "sharded"), (None, "ps"), (None, "own-scales")]
+CASES = [(2.5, "sharded"), (None, "sharded"), (None, "own-scales")]
 
 
 @pytest.fixture(scope="module", params=CASES, ids=lambda c: f"clip{c[0]}-{c[1]}")
