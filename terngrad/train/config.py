@@ -147,7 +147,11 @@ class TrainConfig:
     outer_lr: float = setting(0.7, "with --local-steps: the outer SGD's learning rate", _OPT,
                               POSITIVE)  # fmt: skip
     outer_momentum: float = setting(
-        0.9, "with --local-steps: the outer SGD's Nesterov momentum, [0, 1)", _OPT, FRACTION
+        0.9,
+        "with --local-steps: the outer SGD's Nesterov momentum, [0, 1) (0: plain SGD, "
+        "with --outer-lr 1 the replicas' average)",
+        _OPT,
+        FRACTION,
     )
     #: examples per worker; ``None`` with no total either: :data:`DEFAULT_BATCH`
     batch_size: int | None = setting(None, "examples per worker", _OPT, POSITIVE_INT,

@@ -32,6 +32,22 @@ def test_local_steps_train_resume_bitwise_and_send_far_fewer_bytes(tmp_path, cap
     capsys.readouterr()
 
 
+def test_plain_averaging_outer_momentum_zero_trains_and_resumes_bitwise(tmp_path, capsys):
+    """--outer-momentum 0 is plain SGD on the anchor (Nesterov needs momentum): with
+    --outer-lr 1 every outer step is the average of the replicas (local SGD)."""
+    plain = [*LOCAL, "--outer-lr", "1.0", "--outer-momentum", "0"]
+    straight, parts = tmp_path / "straight", tmp_path / "parts"
+    assert main([*ARGS, *plain, "--steps", "4", "--out", str(straight)]) == 0
+    assert main([*ARGS, *plain, "--steps", "2", "--out", str(parts)]) == 0
+    assert main([*ARGS, *plain, "--steps", "4", "--out", str(parts)]) == 0
+    a = checkpoints.load(checkpoints.latest(straight))
+    b = checkpoints.load(checkpoints.latest(parts))
+    for name, value in a["model"].items():
+        assert torch.equal(value, b["model"][name]), name
+    assert a["hook_states"][0]["outer_steps"] == 2
+    capsys.readouterr()
+
+
 def test_overlap_resumes_bitwise_and_auto_chooses_and_keeps_h(tmp_path, capsys):
     """--outer-overlap: a run stopped at an outer step (its exchange in flight: sent again on
     resume) and extended ends bitwise as the straight one, every replica the anchor at the
