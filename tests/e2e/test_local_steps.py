@@ -14,19 +14,27 @@ from terngrad.train import checkpoints
 LOCAL = ["--local-steps", "2", "--optimizer", "adamw", "--lr", "1e-3"]
 
 
-def test_local_steps_train_resume_bitwise_and_send_far_fewer_bytes(tmp_path, capsys):
-    straight, parts, hook = tmp_path / "straight", tmp_path / "parts", tmp_path / "hook"
-    assert main([*ARGS, *LOCAL, "--steps", "4", "--out", str(straight)]) == 0
-    assert main([*ARGS, *LOCAL, "--steps", "2", "--out", str(parts)]) == 0
-    assert main([*ARGS, *LOCAL, "--steps", "4", "--out", str(parts)]) == 0  # extended: resumed
+def _straight_and_extended(tmp_path, args: list[str], stop: int, steps: int):
+    """The last checkpoints of a run of ``steps`` straight and of one stopped at ``stop`` and
+    extended to ``steps``; their models asserted bitwise equal."""
+    straight, parts = tmp_path / "straight", tmp_path / "parts"
+    assert main([*ARGS, *args, "--steps", str(steps), "--out", str(straight)]) == 0
+    assert main([*ARGS, *args, "--steps", str(stop), "--out", str(parts)]) == 0
+    assert main([*ARGS, *args, "--steps", str(steps), "--out", str(parts)]) == 0  # resumed
     a = checkpoints.load(checkpoints.latest(straight))
     b = checkpoints.load(checkpoints.latest(parts))
     for name, value in a["model"].items():
         assert torch.equal(value, b["model"][name]), name
+    return a, b
+
+
+def test_local_steps_train_resume_bitwise_and_send_far_fewer_bytes(tmp_path, capsys):
+    hook = tmp_path / "hook"
+    a, b = _straight_and_extended(tmp_path, LOCAL, 2, 4)
     assert a["hook_states"][0]["outer_steps"] == b["hook_states"][0]["outer_steps"] == 2
     assert main([*ARGS, "--optimizer", "adamw", "--lr", "1e-3", "--steps", "4", "--out",
                  str(hook)]) == 0  # fmt: skip
-    local = json.loads((straight / "summary.json").read_text())["bytes_sent_per_step"]
+    local = json.loads((tmp_path / "straight" / "summary.json").read_text())["bytes_sent_per_step"]
     every = json.loads((hook / "summary.json").read_text())["bytes_sent_per_step"]
     assert 0 < local < every / 1.5  # an exchange every second step, and no scale round more
     capsys.readouterr()
@@ -35,15 +43,8 @@ def test_local_steps_train_resume_bitwise_and_send_far_fewer_bytes(tmp_path, cap
 def test_plain_averaging_outer_momentum_zero_trains_and_resumes_bitwise(tmp_path, capsys):
     """--outer-momentum 0 is plain SGD on the anchor (Nesterov needs momentum): with
     --outer-lr 1 every outer step is the average of the replicas (local SGD)."""
-    plain = [*LOCAL, "--outer-lr", "1.0", "--outer-momentum", "0"]
-    straight, parts = tmp_path / "straight", tmp_path / "parts"
-    assert main([*ARGS, *plain, "--steps", "4", "--out", str(straight)]) == 0
-    assert main([*ARGS, *plain, "--steps", "2", "--out", str(parts)]) == 0
-    assert main([*ARGS, *plain, "--steps", "4", "--out", str(parts)]) == 0
-    a = checkpoints.load(checkpoints.latest(straight))
-    b = checkpoints.load(checkpoints.latest(parts))
-    for name, value in a["model"].items():
-        assert torch.equal(value, b["model"][name]), name
+    a, _ = _straight_and_extended(tmp_path, [*LOCAL, "--outer-lr", "1.0", "--outer-momentum", "0"],
+                                  2, 4)  # fmt: skip
     assert a["hook_states"][0]["outer_steps"] == 2
     capsys.readouterr()
 
@@ -52,15 +53,8 @@ def test_overlap_resumes_bitwise_and_auto_chooses_and_keeps_h(tmp_path, capsys):
     """--outer-overlap: a run stopped at an outer step (its exchange in flight: sent again on
     resume) and extended ends bitwise as the straight one, every replica the anchor at the
     end; --local-steps auto: H among the divisors of --eval-every 4, said in summary.json."""
-    overlap = [*LOCAL, "--outer-overlap"]
-    straight, parts, auto = tmp_path / "straight", tmp_path / "parts", tmp_path / "auto"
-    assert main([*ARGS, *overlap, "--steps", "6", "--out", str(straight)]) == 0
-    assert main([*ARGS, *overlap, "--steps", "4", "--out", str(parts)]) == 0
-    assert main([*ARGS, *overlap, "--steps", "6", "--out", str(parts)]) == 0
-    a = checkpoints.load(checkpoints.latest(straight))
-    b = checkpoints.load(checkpoints.latest(parts))
-    for name, value in a["model"].items():
-        assert torch.equal(value, b["model"][name]), name
+    auto = tmp_path / "auto"
+    a, b = _straight_and_extended(tmp_path, [*LOCAL, "--outer-overlap"], 4, 6)
     assert a["hook_states"][0]["outer_steps"] == b["hook_states"][0]["outer_steps"] == 3
     assert a["hook_states"][0]["pending"] is not None  # the last exchange kept in flight
     argv = [*ARGS, "--optimizer", "adamw", "--lr", "1e-3", "--local-steps", "auto"]
