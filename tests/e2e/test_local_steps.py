@@ -29,23 +29,18 @@ def _straight_and_extended(tmp_path, args: list[str], stop: int, steps: int):
 
 
 def test_local_steps_train_resume_bitwise_and_send_far_fewer_bytes(tmp_path, capsys):
+    """Plain SGD on the anchor here (--outer-momentum 0: Nesterov needs momentum; with
+    --outer-lr 1 every outer step is the replicas' average); the next test resumes
+    DiLoCo's Nesterov step."""
     hook = tmp_path / "hook"
-    a, b = _straight_and_extended(tmp_path, LOCAL, 2, 4)
+    plain = [*LOCAL, "--outer-lr", "1.0", "--outer-momentum", "0"]
+    a, b = _straight_and_extended(tmp_path, plain, 2, 4)
     assert a["hook_states"][0]["outer_steps"] == b["hook_states"][0]["outer_steps"] == 2
     assert main([*ARGS, "--optimizer", "adamw", "--lr", "1e-3", "--steps", "4", "--out",
                  str(hook)]) == 0  # fmt: skip
     local = json.loads((tmp_path / "straight" / "summary.json").read_text())["bytes_sent_per_step"]
     every = json.loads((hook / "summary.json").read_text())["bytes_sent_per_step"]
     assert 0 < local < every / 1.5  # an exchange every second step, and no scale round more
-    capsys.readouterr()
-
-
-def test_plain_averaging_outer_momentum_zero_trains_and_resumes_bitwise(tmp_path, capsys):
-    """--outer-momentum 0 is plain SGD on the anchor (Nesterov needs momentum): with
-    --outer-lr 1 every outer step is the average of the replicas (local SGD)."""
-    a, _ = _straight_and_extended(tmp_path, [*LOCAL, "--outer-lr", "1.0", "--outer-momentum", "0"],
-                                  2, 4)  # fmt: skip
-    assert a["hook_states"][0]["outer_steps"] == 2
     capsys.readouterr()
 
 
