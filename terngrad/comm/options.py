@@ -161,12 +161,12 @@ class Options:
         for name in ("error_feedback", "fit_scale", "quantize_last", "fuse_buckets"):
             if not isinstance(getattr(self, name), bool):
                 _fail(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if self.fit_scale and not self.error_feedback:
-            _fail(
-                "fit_scale shrinks what is sent (a biased compression): it needs "
-                "error_feedback=True to send the rest later"
-            )
         if self.fit_scale:
+            if not self.error_feedback:
+                _fail(
+                    "fit_scale shrinks what is sent (a biased compression): it needs "
+                    "error_feedback=True to send the rest later"
+                )
             check_fit_scale(q)
         check_settings(self)  # min_numel, full_precision_steps, seed, timeout
 

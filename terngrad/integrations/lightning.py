@@ -87,7 +87,7 @@ class TernGradCallback(Callback):
         if state is not None and not defaults:
             raise ValueError("give TernGradCallback either state=... or the settings, not both")
         if self.local is not None:
-            defaults = False  # (its error feedback on unless given)
+            defaults = False  # (DiLoCo takes the options made here)
         self._options = None if defaults else hook_options(quantizer, topology, **settings)
         #: the hook's state (bytes in ``state.stats``), or the DiLoCo with local steps, or
         #: terngrad.fsdp's under FSDP2; made when fitting starts unless given

@@ -95,8 +95,8 @@ class TernGradCallback(TrainerCallback):
     ``quantizer``, ``topology`` and any other setting as for :func:`terngrad.ddp.register`
     (an :class:`~terngrad.ddp.Options` field or a quantizer option); ``local_steps`` (an
     integer above 1 or ``"auto"``), ``outer_lr``, ``outer_momentum``, ``overlap``,
-    ``max_comm_share``: local steps, as :class:`terngrad.diloco.DiLoCo` (error feedback on by
-    default there). They are checked here, before any process group or collective.
+    ``max_comm_share``: local steps, as :class:`terngrad.diloco.DiLoCo` (no error feedback
+    unless given). They are checked here, before any process group or collective.
     :attr:`state` is the hook's state, or the DiLoCo, once training has started
     (``state.stats`` for the bytes).
     """
