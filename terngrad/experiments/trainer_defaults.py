@@ -55,6 +55,8 @@ SETTINGS: dict[str, dict[str, Any] | None] = {
     "hook-last-b128": {"local_steps": 1, "quantize_last": True, "bucket_size": 128},
     "hook-last-b64": {"local_steps": 1, "quantize_last": True, "bucket_size": 64},
     "hook-last-b32": {"local_steps": 1, "quantize_last": True, "bucket_size": 32},
+    "hook-last-min0-b64": {"local_steps": 1, "quantize_last": True, "min_numel": 0,
+                           "bucket_size": 64},
     "local8": {"local_steps": 8, "error_feedback": True, "quantize_last": False},
     "local16": {"local_steps": 16, "error_feedback": True, "quantize_last": False},
     "local8-last": {"local_steps": 8, "error_feedback": True, "quantize_last": True},
