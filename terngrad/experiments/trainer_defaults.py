@@ -37,21 +37,31 @@ from terngrad.comm.traffic import ring_bytes
 from terngrad.train import text
 from terngrad.util.files import atomic_write_text
 
+#: TernGrad's scale per tensor (the paper's, and the callback's default until it took a scale
+#: per 64 elements): the settings measured before keep their meaning through it
+PER_TENSOR: dict[str, Any] = {"bucket_size": None}
+
 #: the callback's settings compared: ``None`` is plain DDP (no callback); ``default`` is
-#: ``TernGradCallback()`` as this version makes it; the others name what they change
+#: ``TernGradCallback()`` as this version makes it; the others name what they change: ``hook``
+#: the per-step hook, ``local<H>`` local steps, ``-b<n>`` a scale per n elements (without it,
+#: per tensor), ``-last`` the last layer (here the tied embedding) quantized too, ``-ef``
+#: error feedback, ``-fit`` fitted scales, ``-noef`` no error feedback, ``-min0`` the small
+#: tensors quantized too, ``-qsgd5`` QSGD's 5 levels, ``-fp32`` fp32 outer gradients,
+#: ``-avg`` plain averaging as the outer step
 SETTINGS: dict[str, dict[str, Any] | None] = {
     "ddp": None,
     "default": {},
-    "hook": {"local_steps": 1},
-    "hook-ef": {"local_steps": 1, "error_feedback": True},
-    "hook-last": {"local_steps": 1, "quantize_last": True},
-    "hook-ef-last": {"local_steps": 1, "error_feedback": True, "quantize_last": True},
-    "hook-ef-fit": {"local_steps": 1, "error_feedback": True, "fit_scale": True},
+    "hook": {"local_steps": 1, **PER_TENSOR},
+    "hook-ef": {"local_steps": 1, "error_feedback": True, **PER_TENSOR},
+    "hook-last": {"local_steps": 1, "quantize_last": True, **PER_TENSOR},
+    "hook-ef-last": {"local_steps": 1, "error_feedback": True, "quantize_last": True,
+                     **PER_TENSOR},
+    "hook-ef-fit": {"local_steps": 1, "error_feedback": True, "fit_scale": True, **PER_TENSOR},
     "hook-ef-fit-last": {"local_steps": 1, "error_feedback": True, "fit_scale": True,
-                         "quantize_last": True},
+                         "quantize_last": True, **PER_TENSOR},
     "hook-b256": {"local_steps": 1, "bucket_size": 256},
-    "hook-last-b256": {"local_steps": 1, "quantize_last": True, "bucket_size": 256},
     "hook-b64": {"local_steps": 1, "bucket_size": 64},
+    "hook-last-b256": {"local_steps": 1, "quantize_last": True, "bucket_size": 256},
     "hook-last-b128": {"local_steps": 1, "quantize_last": True, "bucket_size": 128},
     "hook-last-b64": {"local_steps": 1, "quantize_last": True, "bucket_size": 64},
     "hook-last-b32": {"local_steps": 1, "quantize_last": True, "bucket_size": 32},
@@ -63,21 +73,27 @@ SETTINGS: dict[str, dict[str, Any] | None] = {
                              "levels": 5, "bucket_size": 256},
     "hook-last-qsgd5-b64": {"local_steps": 1, "quantize_last": True, "quantizer": "qsgd",
                             "levels": 5, "bucket_size": 64},
-    "local8": {"local_steps": 8, "error_feedback": True, "quantize_last": False},
-    "local16": {"local_steps": 16, "error_feedback": True, "quantize_last": False},
-    "local8-last": {"local_steps": 8, "error_feedback": True, "quantize_last": True},
-    "local16-last": {"local_steps": 16, "error_feedback": True, "quantize_last": True},
+    "local8": {"local_steps": 8, "error_feedback": True, "quantize_last": False, **PER_TENSOR},
+    "local16": {"local_steps": 16, "error_feedback": True, "quantize_last": False,
+                **PER_TENSOR},
+    "local8-last": {"local_steps": 8, "error_feedback": True, "quantize_last": True,
+                    **PER_TENSOR},
+    "local16-last": {"local_steps": 16, "error_feedback": True, "quantize_last": True,
+                     **PER_TENSOR},
     "local16-fp32": {"local_steps": 16, "quantizer": "fp32"},
-    "local16-noef": {"local_steps": 16, "error_feedback": False},
-    "local8-noef": {"local_steps": 8, "error_feedback": False},
-    "local16-noef-last": {"local_steps": 16, "error_feedback": False, "quantize_last": True},
-    "local16-fit": {"local_steps": 16, "error_feedback": True, "fit_scale": True},
+    "local16-noef": {"local_steps": 16, "error_feedback": False, **PER_TENSOR},
+    "local8-noef": {"local_steps": 8, "error_feedback": False, **PER_TENSOR},
+    "local16-noef-last": {"local_steps": 16, "error_feedback": False, "quantize_last": True,
+                          **PER_TENSOR},
+    "local16-noef-b64": {"local_steps": 16, "error_feedback": False, "bucket_size": 64},
+    "local16-fit": {"local_steps": 16, "error_feedback": True, "fit_scale": True,
+                    **PER_TENSOR},
     "local16-fit-last": {"local_steps": 16, "error_feedback": True, "fit_scale": True,
-                         "quantize_last": True},
+                         "quantize_last": True, **PER_TENSOR},
     "local16-avg": {"local_steps": 16, "error_feedback": True, "outer_lr": 1.0,
-                    "outer_momentum": 0.0},
+                    "outer_momentum": 0.0, **PER_TENSOR},
     "local8-avg": {"local_steps": 8, "error_feedback": True, "outer_lr": 1.0,
-                   "outer_momentum": 0.0},
+                   "outer_momentum": 0.0, **PER_TENSOR},
 }  # fmt: skip
 MODELS = ("gpt2", "bert")
 CONTEXT = 128  # bytes a window

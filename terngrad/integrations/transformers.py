@@ -85,7 +85,12 @@ from terngrad.integrations.common import (
     warn_one_process,
 )
 
-__all__ = ["TernGradCallback"]
+__all__ = ["DEFAULT_BUCKET_SIZE", "TernGradCallback"]
+
+#: the callback's TernGrad takes a scale per this many elements (not per tensor, the paper's
+#: and :func:`terngrad.ddp.register`'s): with the Trainer's defaults it ended nearer DDP's
+#: loss on both untuned models measured (docs/integrations.md, "The default, measured")
+DEFAULT_BUCKET_SIZE = 64
 
 
 class TernGradCallback(TrainerCallback):
@@ -93,8 +98,11 @@ class TernGradCallback(TrainerCallback):
     ``Trainer(..., callbacks=[TernGradCallback()])``.
 
     ``quantizer``, ``topology`` and any other setting as for :func:`terngrad.ddp.register`
-    (an :class:`~terngrad.ddp.Options` field or a quantizer option); ``local_steps`` (an
-    integer above 1 or ``"auto"``), ``outer_lr``, ``outer_momentum``, ``overlap``,
+    (an :class:`~terngrad.ddp.Options` field or a quantizer option), but for one default:
+    TernGrad takes a scale per :data:`DEFAULT_BUCKET_SIZE` elements (``bucket_size``; ``None``
+    for the paper's scale per tensor), measured closer to DDP's loss under the Trainer's
+    AdamW. ``local_steps`` (an integer above 1 or ``"auto"``), ``outer_lr``,
+    ``outer_momentum`` (0: plain SGD as the outer step, else Nesterov's), ``overlap``,
     ``max_comm_share``: local steps, as :class:`terngrad.diloco.DiLoCo` (no error feedback
     unless given). They are checked here, before any process group or collective.
     :attr:`state` is the hook's state, or the DiLoCo, once training has started
@@ -107,11 +115,14 @@ class TernGradCallback(TrainerCallback):
                  **settings: Any) -> None:  # fmt: skip
         local = dict(local_steps=local_steps, outer_lr=outer_lr, outer_momentum=outer_momentum,
                      overlap=overlap, max_comm_share=max_comm_share)  # fmt: skip
-        check_outer_settings(**local)
+        check_outer_settings(**local, nesterov=False)
+        local["nesterov"] = outer_momentum > 0  # Nesterov's outer step; at momentum 0 plain SGD
         #: DiLoCo's settings, when training with local steps (``local_steps`` other than 1)
         self.local = local if local_steps != 1 else None
         if self.local is None and overlap:
             raise ValueError("overlap overlaps the outer exchange of local steps: give local_steps")
+        if quantizer == "terngrad" and not {"method", "preset", "bucket_size"} & set(settings):
+            settings["bucket_size"] = DEFAULT_BUCKET_SIZE
         self.options = hook_options(quantizer, topology, **settings)
         #: the hook's state (or the DiLoCo, or terngrad.fsdp's under FSDP2), made when training
         #: starts (``None`` before, or in one process)
