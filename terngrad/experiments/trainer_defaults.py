@@ -37,9 +37,10 @@ from terngrad.comm.traffic import ring_bytes
 from terngrad.train import text
 from terngrad.util.files import atomic_write_text
 
-#: TernGrad's scale per tensor (the paper's, and the callback's default until it took a scale
-#: per 64 elements): the settings measured before keep their meaning through it
-PER_TENSOR: dict[str, Any] = {"bucket_size": None}
+#: TernGrad as the paper has it, a scale per tensor unless ``-b<n>`` (the callback's default
+#: before :data:`~terngrad.integrations.transformers.DEFAULT_METHOD`): the settings measured
+#: then keep their meaning through it
+TERNGRAD: dict[str, Any] = {"quantizer": "terngrad"}
 
 #: the callback's settings compared: ``None`` is plain DDP (no callback); ``default`` is
 #: ``TernGradCallback()`` as this version makes it; the others name what they change: ``hook``
@@ -51,49 +52,53 @@ PER_TENSOR: dict[str, Any] = {"bucket_size": None}
 SETTINGS: dict[str, dict[str, Any] | None] = {
     "ddp": None,
     "default": {},
-    "hook": {"local_steps": 1, **PER_TENSOR},
-    "hook-ef": {"local_steps": 1, "error_feedback": True, **PER_TENSOR},
-    "hook-last": {"local_steps": 1, "quantize_last": True, **PER_TENSOR},
+    "hook": {"local_steps": 1, **TERNGRAD},
+    "hook-ef": {"local_steps": 1, "error_feedback": True, **TERNGRAD},
+    "hook-last": {"local_steps": 1, "quantize_last": True, **TERNGRAD},
     "hook-ef-last": {"local_steps": 1, "error_feedback": True, "quantize_last": True,
-                     **PER_TENSOR},
-    "hook-ef-fit": {"local_steps": 1, "error_feedback": True, "fit_scale": True, **PER_TENSOR},
+                     **TERNGRAD},
+    "hook-ef-fit": {"local_steps": 1, "error_feedback": True, "fit_scale": True, **TERNGRAD},
     "hook-ef-fit-last": {"local_steps": 1, "error_feedback": True, "fit_scale": True,
-                         "quantize_last": True, **PER_TENSOR},
-    "hook-b256": {"local_steps": 1, "bucket_size": 256},
-    "hook-b64": {"local_steps": 1, "bucket_size": 64},
-    "hook-last-b256": {"local_steps": 1, "quantize_last": True, "bucket_size": 256},
-    "hook-last-b128": {"local_steps": 1, "quantize_last": True, "bucket_size": 128},
-    "hook-last-b64": {"local_steps": 1, "quantize_last": True, "bucket_size": 64},
-    "hook-last-b32": {"local_steps": 1, "quantize_last": True, "bucket_size": 32},
+                         "quantize_last": True, **TERNGRAD},
+    "hook-b256": {"local_steps": 1, "bucket_size": 256, **TERNGRAD},
+    "hook-b64": {"local_steps": 1, "bucket_size": 64, **TERNGRAD},
+    "hook-last-b256": {"local_steps": 1, "quantize_last": True, "bucket_size": 256, **TERNGRAD},
+    "hook-last-b128": {"local_steps": 1, "quantize_last": True, "bucket_size": 128, **TERNGRAD},
+    "hook-last-b64": {"local_steps": 1, "quantize_last": True, "bucket_size": 64, **TERNGRAD},
+    "hook-last-b32": {"local_steps": 1, "quantize_last": True, "bucket_size": 32, **TERNGRAD},
     "hook-last-min0-b64": {"local_steps": 1, "quantize_last": True, "min_numel": 0,
-                           "bucket_size": 64},
+                           "bucket_size": 64, **TERNGRAD},
     "hook-last-b64-noclip": {"local_steps": 1, "quantize_last": True, "bucket_size": 64,
-                             "clip": None},
+                             "clip": None, **TERNGRAD},
     "hook-last-qsgd5-b256": {"local_steps": 1, "quantize_last": True, "quantizer": "qsgd",
                              "levels": 5, "bucket_size": 256},
     "hook-last-qsgd5-b64": {"local_steps": 1, "quantize_last": True, "quantizer": "qsgd",
                             "levels": 5, "bucket_size": 64},
-    "local8": {"local_steps": 8, "error_feedback": True, "quantize_last": False, **PER_TENSOR},
+    "local16-noef-last-qsgd5-b64": {"local_steps": 16, "error_feedback": False,
+                                    "quantize_last": True, "quantizer": "qsgd", "levels": 5,
+                                    "bucket_size": 64},
+    "local8": {"local_steps": 8, "error_feedback": True, "quantize_last": False, **TERNGRAD},
     "local16": {"local_steps": 16, "error_feedback": True, "quantize_last": False,
-                **PER_TENSOR},
+                **TERNGRAD},
     "local8-last": {"local_steps": 8, "error_feedback": True, "quantize_last": True,
-                    **PER_TENSOR},
+                    **TERNGRAD},
     "local16-last": {"local_steps": 16, "error_feedback": True, "quantize_last": True,
-                     **PER_TENSOR},
+                     **TERNGRAD},
     "local16-fp32": {"local_steps": 16, "quantizer": "fp32"},
-    "local16-noef": {"local_steps": 16, "error_feedback": False, **PER_TENSOR},
-    "local8-noef": {"local_steps": 8, "error_feedback": False, **PER_TENSOR},
+    "local16-noef": {"local_steps": 16, "error_feedback": False, **TERNGRAD},
+    "local8-noef": {"local_steps": 8, "error_feedback": False, **TERNGRAD},
     "local16-noef-last": {"local_steps": 16, "error_feedback": False, "quantize_last": True,
-                          **PER_TENSOR},
-    "local16-noef-b64": {"local_steps": 16, "error_feedback": False, "bucket_size": 64},
+                          **TERNGRAD},
+    "local16-noef-b64": {"local_steps": 16, "error_feedback": False, "bucket_size": 64,
+                         **TERNGRAD},
     "local16-fit": {"local_steps": 16, "error_feedback": True, "fit_scale": True,
-                    **PER_TENSOR},
+                    **TERNGRAD},
     "local16-fit-last": {"local_steps": 16, "error_feedback": True, "fit_scale": True,
-                         "quantize_last": True, **PER_TENSOR},
+                         "quantize_last": True, **TERNGRAD},
     "local16-avg": {"local_steps": 16, "error_feedback": True, "outer_lr": 1.0,
-                    "outer_momentum": 0.0, **PER_TENSOR},
+                    "outer_momentum": 0.0, **TERNGRAD},
     "local8-avg": {"local_steps": 8, "error_feedback": True, "outer_lr": 1.0,
-                   "outer_momentum": 0.0, **PER_TENSOR},
+                   "outer_momentum": 0.0, **TERNGRAD},
 }  # fmt: skip
 MODELS = ("gpt2", "bert")
 CONTEXT = 128  # bytes a window

@@ -4,10 +4,12 @@
 ...                   callbacks=[TernGradCallback()])
 >>> trainer.train()  # torchrun --nproc-per-node 2 train.py
 
-The default, the per-step hook with the last layer (a tied output projection included) in
-fp32, was chosen by measurement with the Trainer's defaults — AdamW, clipping at 1.0, warm-up,
-cosine — on two untuned models (docs/integrations.md, "The default, measured"): within about
-1% of DDP's eval loss on both, where local steps lost 9% on a BERT-style encoder.
+The default (:data:`DEFAULT_METHOD`: the per-step hook, QSGD's 5 levels with a scale per 64
+elements, a tied output projection quantized too) was chosen by measurement with the Trainer's
+defaults — AdamW, clipping at 1.0, warm-up, cosine — on two untuned models
+(docs/integrations.md, "The default, measured"): within 1% of DDP's eval loss on both at over
+8x fewer bytes, where TernGrad per tensor lost 1.1-1.7% at 6.9x and local steps 9% on a
+BERT-style encoder.
 
 The Trainer wraps the model in DDP inside ``train()`` (``accelerator.prepare``) and hands its
 callbacks the unwrapped model, never the Trainer or ``trainer.model_wrapped``. The callback
@@ -85,23 +87,27 @@ from terngrad.integrations.common import (
     warn_one_process,
 )
 
-__all__ = ["DEFAULT_BUCKET_SIZE", "TernGradCallback"]
+__all__ = ["DEFAULT_METHOD", "TernGradCallback"]
 
-#: the callback's TernGrad takes a scale per this many elements (not per tensor, the paper's
-#: and :func:`terngrad.ddp.register`'s): with the Trainer's defaults it ended nearer DDP's
-#: loss on both untuned models measured (docs/integrations.md, "The default, measured")
-DEFAULT_BUCKET_SIZE = 64
+#: what ``TernGradCallback()`` sends when given neither a quantizer nor a method: QSGD's 5
+#: levels ``{-1, -1/2, 0, 1/2, 1}`` times a scale per 64 elements (the bucket's max), every
+#: layer but the tensors under 1,024 elements (a tied output projection included), sharded
+#: with exact sums — chosen by measurement with the Trainer's defaults on two untuned models
+#: (docs/integrations.md, "The default, measured")
+DEFAULT_METHOD = "qsgd-5-b64-last"
 
 
 class TernGradCallback(TrainerCallback):
     """Trains a ``transformers.Trainer``'s DDP model with the terngrad hook:
     ``Trainer(..., callbacks=[TernGradCallback()])``.
 
-    ``quantizer``, ``topology`` and any other setting as for :func:`terngrad.ddp.register`
-    (an :class:`~terngrad.ddp.Options` field or a quantizer option), but for one default:
-    TernGrad takes a scale per :data:`DEFAULT_BUCKET_SIZE` elements (``bucket_size``; ``None``
-    for the paper's scale per tensor), measured closer to DDP's loss under the Trainer's
-    AdamW. ``local_steps`` (an integer above 1 or ``"auto"``), ``outer_lr``,
+    ``quantizer``, ``topology``, ``method`` and any other setting as for
+    :func:`terngrad.ddp.register` (an :class:`~terngrad.ddp.Options` field or a quantizer
+    option). Given neither a quantizer nor a method, the callback runs :data:`DEFAULT_METHOD`
+    with the settings given put over it (``TernGradCallback(quantize_last=False)``); a
+    ``quantizer`` given (``"terngrad"``: TernGrad as the paper has it) starts from
+    :func:`terngrad.ddp.register`'s defaults instead. ``local_steps`` (an integer above 1 or
+    ``"auto"``), ``outer_lr``,
     ``outer_momentum`` (0: plain SGD as the outer step, else Nesterov's), ``overlap``,
     ``max_comm_share``: local steps, as :class:`terngrad.diloco.DiLoCo` (no error feedback
     unless given). They are checked here, before any process group or collective.
@@ -109,7 +115,7 @@ class TernGradCallback(TrainerCallback):
     (``state.stats`` for the bytes).
     """
 
-    def __init__(self, quantizer: str = "terngrad", topology: str = "sharded", *,
+    def __init__(self, quantizer: str | None = None, topology: str = "sharded", *,
                  local_steps: int | str = 1, outer_lr: float = 0.7, outer_momentum: float = 0.9,
                  overlap: bool = False, max_comm_share: float = 0.1,
                  **settings: Any) -> None:  # fmt: skip
@@ -121,9 +127,9 @@ class TernGradCallback(TrainerCallback):
         self.local = local if local_steps != 1 else None
         if self.local is None and overlap:
             raise ValueError("overlap overlaps the outer exchange of local steps: give local_steps")
-        if quantizer == "terngrad" and not {"method", "preset", "bucket_size"} & set(settings):
-            settings["bucket_size"] = DEFAULT_BUCKET_SIZE
-        self.options = hook_options(quantizer, topology, **settings)
+        if quantizer is None and not {"method", "preset"} & set(settings):
+            settings["method"] = DEFAULT_METHOD
+        self.options = hook_options(quantizer or "terngrad", topology, **settings)
         #: the hook's state (or the DiLoCo, or terngrad.fsdp's under FSDP2), made when training
         #: starts (``None`` before, or in one process)
         self.state: State | DiLoCo | terngrad.fsdp.State | None = None

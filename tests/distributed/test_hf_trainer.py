@@ -115,6 +115,29 @@ def test_bad_settings_are_refused_when_the_callback_is_made():
         assert _one_line(exc).startswith(said)
 
 
+def test_the_default_takes_a_scale_per_64_elements_and_a_given_setting_wins():
+    """The callback's one default of its own (docs/integrations.md, "The default, measured"):
+    TernGrad's scale per DEFAULT_BUCKET_SIZE elements; what the user gives is kept."""
+    options = TernGradCallback().options
+    assert (options.quantizer, options.quantizer_options) == ("terngrad", {"bucket_size": 64})
+    assert not options.quantize_last and not options.error_feedback
+    assert TernGradCallback(bucket_size=None).options.quantizer_options == {"bucket_size": None}
+    assert TernGradCallback(bucket_size=512).options.quantizer_options == {"bucket_size": 512}
+    assert TernGradCallback(method="terngrad-b2048").options.quantizer_options == {
+        "bucket_size": 2048
+    }
+    assert TernGradCallback("qsgd", levels=5).options.quantizer_options == {"levels": 5}
+
+
+def test_outer_momentum_zero_is_plain_sgd_in_both_callbacks():
+    pytest.importorskip("lightning", reason="pip install 'terngrad[lightning]'")
+    from terngrad.integrations.lightning import TernGradCallback as LightningCallback
+
+    for callback in (TernGradCallback, LightningCallback):
+        assert callback(local_steps=4, outer_momentum=0).local["nesterov"] is False
+        assert callback(local_steps=4).local["nesterov"] is True
+
+
 @pytest.mark.parametrize(
     ("tweak", "expected"),
     [

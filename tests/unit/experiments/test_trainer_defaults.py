@@ -27,12 +27,13 @@ def test_the_bytes_on_gpt2_smalls_shape_are_those_the_docs_give():
     with torch.device("meta"):
         model = GPT2LMHeadModel(GPT2Config())
     fewer = {}
-    for setting in ("ddp", "hook", "hook-last", "local16", "local16-last"):
+    for setting in ("ddp", "default", "hook", "hook-last", "hook-last-b64", "local16",
+                    "local16-last"):  # fmt: skip
         sent, fp32 = td.counted_bytes(model, td.SETTINGS[setting])
         fewer[setting] = round(fp32 / sent, 1)
     assert fp32 == 4 * 124_439_808  # 2 (N-1)/N of the fp32 gradient at N = 2
-    assert fewer == {"ddp": 1.0, "hook": 2.8, "hook-last": 16.0, "local16": 45.3,
-                     "local16-last": 256.1}  # fmt: skip
+    assert fewer == {"ddp": 1.0, "default": 2.7, "hook": 2.8, "hook-last": 16.0,
+                     "hook-last-b64": 12.8, "local16": 45.3, "local16-last": 256.1}  # fmt: skip
 
 
 def test_the_report_puts_each_setting_beside_ddp(tmp_path):
