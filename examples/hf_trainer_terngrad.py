@@ -3,11 +3,12 @@
     torchrun --standalone --nproc-per-node 2 examples/hf_trainer_terngrad.py
 
 A tiny GPT-2 made from a config (nothing downloaded) learns an in-memory toy language on CPU,
-2 gloo ranks, 2 micro-batches per optimizer step (``--local-steps 4``: the Trainer's AdamW
-steps each replica on its own, and every 4th step the replicas average what they moved through
-the ternary exchange). Rank 0 prints the Trainer's logs (terngrad's
-bytes among them), the bytes per step against DDP's fp32 all-reduce, and then a JSON line
-that says whether every rank ends with the same parameters.
+2 gloo ranks, 2 micro-batches per optimizer step, the callback's default method
+(``DEFAULT_METHOD``: 5 levels, a scale per 64 elements, the tied head quantized too;
+``--local-steps 4``: the Trainer's AdamW steps each replica on its own, and every 4th step the
+replicas average what they moved through the same exchange). Rank 0 prints the Trainer's logs
+(terngrad's bytes among them), the bytes per step against DDP's fp32 all-reduce, and then a
+JSON line that says whether every rank ends with the same parameters.
 
 ``--fsdp``: the Trainer's FSDP2 (``fsdp_config={"fsdp_version": 2}``, a ``GPT2Block`` per FSDP
 module), the same callback putting TernGrad in FSDP's reduce-scatter, compared with FSDP's fp32
@@ -60,9 +61,7 @@ training = TrainingArguments(
     gradient_accumulation_steps=args.accumulate, learning_rate=1e-3, logging_steps=5,
     save_strategy="no", report_to="none", disable_tqdm=True, seed=0,
 )  # fmt: skip
-terngrad_callback = TernGradCallback(
-    quantizer="terngrad", topology="sharded", local_steps=args.local_steps
-)
+terngrad_callback = TernGradCallback(local_steps=args.local_steps)  # the default method
 trainer = Trainer(model=model, args=training, train_dataset=data, callbacks=[terngrad_callback])
 trainer.train()
 

@@ -72,6 +72,7 @@ SETTINGS: dict[str, dict[str, Any] | None] = {
                              "clip": None, **TERNGRAD},
     "hook-last-qsgd5-b256": {"local_steps": 1, "quantize_last": True, "quantizer": "qsgd",
                              "levels": 5, "bucket_size": 256},
+    "hook-qsgd5-b64": {"local_steps": 1, "quantizer": "qsgd", "levels": 5, "bucket_size": 64},
     "hook-last-qsgd5-b64": {"local_steps": 1, "quantize_last": True, "quantizer": "qsgd",
                             "levels": 5, "bucket_size": 64},
     "local16-noef-last-qsgd5-b64": {"local_steps": 16, "error_feedback": False,

@@ -31,7 +31,7 @@ def _refusals(states: dict, entry: dict) -> dict[str, str | None]:
     from terngrad.integrations.checkpoints import load_entry
 
     saved = entry["state"]
-    other = {**entry, "state": {**saved, "config": {**saved["config"], "quantizer": "qsgd"}}}
+    other = {**entry, "state": {**saved, "config": {**saved["config"], "quantizer": "linear"}}}
     said = {}
     for name, state, bad in (
         ("other_method", states["local"], entry),

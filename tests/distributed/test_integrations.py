@@ -118,12 +118,13 @@ def test_hf_trainer_trains_with_the_hook_on_from_one_line():
     out = torchrun("hf_trainer_terngrad.py", "--steps", "6", "--accumulate", "2")
     assert out["steps"] == 6  # one exchange per optimizer step, not per micro-batch
     assert out["replicas_identical"]
-    assert out["fp32_ring_bytes_per_step"] >= 10 * out["bytes_sent_per_step"]
+    # the default method (5 levels, the tied head too): 9.0x here, issue 43's 8x at least
+    assert out["fp32_ring_bytes_per_step"] >= 8 * out["bytes_sent_per_step"]
 
 
 def test_the_trainer_and_lightning_callbacks_run_local_steps():
     """``TernGradCallback(local_steps=4)``: one model after the last outer step, and per step
-    far fewer bytes than DDP's fp32 all-reduce (ternary's ~10x here, times H)."""
+    far fewer bytes than DDP's fp32 all-reduce (~9x per exchange here, times H)."""
     pytest.importorskip("transformers", reason="transformers is not installed")
     pytest.importorskip("lightning")
     hf = torchrun("hf_trainer_terngrad.py", "--steps", "8", "--accumulate", "2",
