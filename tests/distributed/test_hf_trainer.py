@@ -122,14 +122,18 @@ def test_the_default_is_the_measured_method_and_what_is_given_goes_over_it():
     assert hf.DEFAULT_METHOD == "qsgd-5-b64-last"
     options = TernGradCallback().options
     assert (options.quantizer, options.quantizer_options, options.topology) == (
-        "qsgd", {"levels": 5, "bucket_size": 64}, "sharded"
+        "qsgd",
+        {"levels": 5, "bucket_size": 64},
+        "sharded",
     )
     assert options.quantize_last and not options.error_feedback and options.min_numel == 1024
     assert not TernGradCallback(quantize_last=False).options.quantize_last
     assert TernGradCallback(local_steps=16).options == options
     paper = TernGradCallback("terngrad").options  # TernGrad as the paper has it
     assert (paper.quantizer, paper.quantizer_options, paper.quantize_last) == (
-        "terngrad", {}, False
+        "terngrad",
+        {},
+        False,
     )
     given = TernGradCallback(method="terngrad-b2048").options
     assert (given.quantizer, given.quantizer_options) == ("terngrad", {"bucket_size": 2048})
