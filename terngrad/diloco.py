@@ -72,6 +72,7 @@ from terngrad.local_steps import (
     check_outer_settings,
     choose_local_steps,
     cloned,
+    outer_sgd,
     time_exchange,
 )
 from terngrad.quantize import Quantizer
@@ -134,7 +135,9 @@ class DiLoCo:
     ``quantizer``, ``topology`` and any other keyword: the exchange of the pseudo-gradients,
     as for :func:`terngrad.ddp.register` (no error feedback by default, as there), or
     ``options``, a ready :class:`~terngrad.comm.Options`;
-    ``outer_lr``, ``outer_momentum``, ``nesterov``: the outer SGD. Every rank must make it
+    ``outer_lr``, ``outer_momentum``, ``nesterov``: the outer SGD
+    (:func:`~terngrad.local_steps.outer_sgd`: Nesterov's by default, plain SGD at
+    ``outer_momentum=0``). Every rank must make it
     alike (checked, in one line naming the ranks, before any exchange). Rank 0's parameters
     and buffers are every replica's start (broadcast here, as DDP does).
     """
@@ -149,7 +152,7 @@ class DiLoCo:
         *,
         outer_lr: float = 0.7,
         outer_momentum: float = 0.9,
-        nesterov: bool = True,
+        nesterov: bool | None = None,
         overlap: bool = False,
         max_comm_share: float = 0.1,
         auto_choices: Sequence[int] | None = None,
@@ -192,9 +195,7 @@ class DiLoCo:
         self.anchor = [p.detach().clone() for p in self.params]
         for a in self.anchor:
             a.requires_grad_(True)
-        self.outer_optimizer = torch.optim.SGD(
-            self.anchor, lr=outer_lr, momentum=outer_momentum, nesterov=nesterov
-        )
+        self.outer_optimizer = outer_sgd(self.anchor, outer_lr, outer_momentum, nesterov)
         self.inner_steps = self.outer_steps = self.skipped_outer_steps = 0
         #: ``local_steps="auto"``: what it measured (seconds of an inner step and of an outer
         #: exchange, agreed over the ranks) and chose

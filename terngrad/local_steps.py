@@ -14,13 +14,24 @@ from terngrad.comm.synchronizer import Synchronizer
 from terngrad.util.settings import FRACTION, POSITIVE
 
 __all__ = ["AUTO_MAX_LOCAL_STEPS", "AUTO_PROBE_STEPS", "check_outer_settings",
-           "choose_local_steps", "cloned", "time_exchange"]  # fmt: skip
+           "choose_local_steps", "cloned", "outer_sgd", "time_exchange"]  # fmt: skip
 
 #: ``local_steps="auto"`` decides ``H`` at this inner step, from the seconds between the
 #: :meth:`DiLoCo.step` calls before it (the first step, with its warm-up, left out)
 AUTO_PROBE_STEPS = 4
 #: ``local_steps="auto"`` without ``auto_choices``: any ``H`` from 1 to this (DiLoCo's largest)
 AUTO_MAX_LOCAL_STEPS = 500
+
+
+def outer_sgd(
+    anchor: list[torch.Tensor], outer_lr: float, outer_momentum: float,
+    nesterov: bool | None = None,
+) -> torch.optim.SGD:  # fmt: skip
+    """DiLoCo's outer optimizer over the ``anchor``: SGD at ``outer_lr`` with
+    ``outer_momentum``, Nesterov's (``nesterov=None``: wherever there is momentum; at
+    ``outer_momentum=0`` plain SGD)."""
+    nesterov = outer_momentum > 0 if nesterov is None else nesterov
+    return torch.optim.SGD(anchor, lr=outer_lr, momentum=outer_momentum, nesterov=nesterov)
 
 
 def choose_local_steps(
@@ -42,7 +53,7 @@ def check_outer_settings(
     local_steps: int | str = 16,
     outer_lr: float = 0.7,
     outer_momentum: float = 0.9,
-    nesterov: bool = True,
+    nesterov: bool | None = None,
     overlap: bool = False,
     max_comm_share: float = 0.1,
     auto_choices: Sequence[int] | None = None,
@@ -62,7 +73,7 @@ def check_outer_settings(
         if not rule.accepts(value):
             raise ValueError(f"{name} must be {rule.words}, got {value!r}")
     for name, value in (("nesterov", nesterov), ("overlap", overlap)):
-        if not isinstance(value, bool):
+        if not isinstance(value, bool) and not (name == "nesterov" and value is None):
             raise ValueError(f"{name} must be True or False, got {value!r}")
     if nesterov and outer_momentum == 0:
         raise ValueError("nesterov needs outer_momentum > 0 (DiLoCo's is 0.9)")

@@ -76,8 +76,7 @@ class TernGradCallback(Callback):
         super().__init__()
         local = dict(local_steps=local_steps, outer_lr=outer_lr, outer_momentum=outer_momentum,
                      overlap=overlap, max_comm_share=max_comm_share)  # fmt: skip
-        check_outer_settings(**local, nesterov=False)
-        local["nesterov"] = outer_momentum > 0  # Nesterov's outer step; at momentum 0 plain SGD
+        check_outer_settings(**local)
         #: DiLoCo's settings, when training with local steps (``local_steps`` other than 1)
         self.local = local if local_steps != 1 else None
         if self.local is None and overlap:

@@ -32,6 +32,7 @@ from terngrad.comm.momentum import VarianceSource
 from terngrad.comm.plans import full_precision_names, last_layer_names
 from terngrad.comm.rank_state import RankState
 from terngrad.kernels import resolve
+from terngrad.local_steps import outer_sgd
 from terngrad.train import models
 from terngrad.train.checkpoints import Unusable
 from terngrad.train.config import TrainConfig
@@ -344,8 +345,7 @@ def _check_diloco_state(rank: int, state: Any, cfg: TrainConfig, model: nn.Modul
     _check_exchange(f"{what}'s exchange", rank, state["exchange"], cfg, model)
     with torch.device("meta"):
         anchor = [torch.empty_like(p, requires_grad=True) for p in params]
-    outer = torch.optim.SGD(anchor, lr=cfg.outer_lr, momentum=cfg.outer_momentum,
-                            nesterov=cfg.outer_momentum > 0)  # fmt: skip
+    outer = outer_sgd(anchor, cfg.outer_lr, cfg.outer_momentum)
     _check_optimizer(f"{what}'s outer optimizer", state["outer_optimizer"], outer)
     inner = make_optimizer(cfg, model)
     make_schedule(cfg, inner, 1)  # (the schedule's initial_lr in the groups)

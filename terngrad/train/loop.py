@@ -109,7 +109,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
     if cfg.local_steps != 1:  # DiLoCo: local inner steps, the exchange at outer steps
         ddp = nn.parallel.DistributedDataParallel(model)
         state = DiLoCo(ddp, optimizer, cfg.local_steps, outer_lr=cfg.outer_lr,
-                       outer_momentum=cfg.outer_momentum, nesterov=cfg.outer_momentum > 0,
+                       outer_momentum=cfg.outer_momentum,
                        overlap=cfg.outer_overlap,
                        max_comm_share=cfg.max_comm_share, auto_choices=local_step_choices(cfg),
                        options=cfg.hook_options)  # fmt: skip

@@ -2,9 +2,10 @@
 the checks every entry point shares, and what the performance model says of auto."""
 
 import pytest
+import torch
 
 from terngrad.bench import traffic_model
-from terngrad.local_steps import check_outer_settings, choose_local_steps
+from terngrad.local_steps import check_outer_settings, choose_local_steps, outer_sgd
 
 
 def test_auto_takes_the_smallest_h_that_keeps_the_exchange_under_its_share():
@@ -24,6 +25,7 @@ def test_auto_takes_the_smallest_h_that_keeps_the_exchange_under_its_share():
         ({"outer_momentum": 1.0}, "outer_momentum must be a number from 0 up to"),
         ({"nesterov": True, "outer_momentum": 0.0}, "nesterov needs outer_momentum > 0"),
         ({"overlap": 1}, "overlap must be True or False, got 1"),
+        ({"nesterov": "yes"}, "nesterov must be True or False, got 'yes'"),
         ({"max_comm_share": 0}, "max_comm_share must be a share of the time in (0, 1)"),
         ({"auto_choices": []}, "auto_choices must be a non-empty list"),
         ({"auto_choices": [4, 2.5]}, "auto_choices must be a non-empty list"),
@@ -43,3 +45,12 @@ def test_auto_choices_are_sorted_and_once_each():
 def test_the_performance_model_refuses_an_h_chosen_at_run_time():
     with pytest.raises(ValueError, match="its H is chosen at run time"):
         traffic_model.transfers(None, "terngrad-ef-localauto", 4)
+
+
+def test_the_outer_step_is_nesterovs_where_there_is_momentum_and_plain_sgd_without():
+    anchor = [torch.zeros(2, requires_grad=True)]
+    for momentum, nesterov, expected in ((0.9, None, True), (0.0, None, False),
+                                         (0.9, False, False)):  # fmt: skip
+        group = outer_sgd(anchor, 0.7, momentum, nesterov).param_groups[0]
+        assert (group["lr"], group["momentum"], group["nesterov"]) == (0.7, momentum, expected)
+    assert check_outer_settings(outer_momentum=0.0) == list(range(1, 501))  # no refusal
