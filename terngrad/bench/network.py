@@ -55,7 +55,7 @@ def _ddp(model: torch.nn.Module, method: str, seed: int):
 
     spec = methods.get(method)  # honoured (:func:`honoured`) and named as today
     if spec.baseline is not None:
-        return baselines.wrap(model, spec.baseline, seed), None
+        return baselines.wrap(model, spec.baseline, seed, spec.powersgd_rank), None
     ddp = nn.parallel.DistributedDataParallel(model)
     state = terngrad.ddp.register(ddp, options=spec.options(seed=seed))
     return ddp, state

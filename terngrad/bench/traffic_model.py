@@ -36,7 +36,7 @@ from terngrad.comm.methods import LocalVariance, Method, get
 from terngrad.comm.options import Options
 from terngrad.comm.traffic import NONE, Traffic, all_reduce, exchange_traffic, plus
 from terngrad.quantize import Layout
-from terngrad.train.baselines import POWERSGD_RANK, POWERSGD_START
+from terngrad.train.baselines import POWERSGD_START
 
 #: the Synchronizer's buckets (its ``bucket_cap_mb`` default), in which local steps exchange
 OUTER_BUCKET_BYTES = 25 * 2**20
@@ -79,7 +79,7 @@ def transfers(
     if m.baseline == "fp16":
         return [_plain(b, world, 2, codec=True) for b in buckets]
     if m.baseline == "powersgd":
-        return [_powersgd(prof.params, world, step)]
+        return [_powersgd(prof.params, world, step, m.powersgd_rank)]
     if m.local_steps != 1:  # (overlap moves the same bytes, later)
         if step is not None and step % m.local_steps:
             return []  # an inner step: nothing crosses the network
@@ -121,8 +121,9 @@ def _plain(bucket: Sequence[Param], world: int, element_bytes: int, codec=False)
     return Transfer(_ready(bucket), all_reduce(element_bytes * n, world), n if codec else 0)
 
 
-def _powersgd(params: Sequence[Param], world: int, step: int | None) -> Transfer:
-    """PyTorch's ``powerSGD_hook`` on one bucket of ``params`` (see the module docstring)."""
+def _powersgd(params: Sequence[Param], world: int, step: int | None, rank: int) -> Transfer:
+    """PyTorch's ``powerSGD_hook`` of ``rank`` on one bucket of ``params`` (see the module
+    docstring)."""
     n = sum(p.numel for p in params)
     if step is not None and step <= POWERSGD_START:
         return Transfer(1.0, all_reduce(4 * n, world))
@@ -130,7 +131,7 @@ def _powersgd(params: Sequence[Param], world: int, step: int | None) -> Transfer
     for p in params:
         rows = p.shape[0] if p.shape else 1
         cols = p.numel // rows
-        r = min(rows, cols, POWERSGD_RANK)
+        r = min(rows, cols, rank)
         if (rows + cols) * r * POWERSGD_MIN_RATE < rows * cols:
             p_side, q_side = p_side + rows * r, q_side + cols * r
         else:

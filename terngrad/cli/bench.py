@@ -152,6 +152,7 @@ def add(sub: argparse._SubParsersAction) -> None:
         exclude=(
             "out",
             "baseline",
+            "powersgd_rank",  # a method's (powersgd-r8)
             "workers_threads",
             "checkpoint_every",
             "keep_checkpoints",

@@ -23,9 +23,10 @@ from terngrad.comm.topologies import TOPOLOGIES
 BASELINES: Mapping[str, str] = {
     "fp32": "DDP fp32 all-reduce",
     "fp16": "PyTorch fp16_compress_hook",
-    "powersgd": "PyTorch powerSGD_hook (rank 2, one bucket)",
+    "powersgd": "PyTorch powerSGD_hook (one bucket)",
 }
-#: the rank of PowerSGD's low-rank factors
+#: the rank of PowerSGD's low-rank factors where a method names none (``powersgd``;
+#: ``powersgd-r8``: rank 8)
 POWERSGD_RANK = 2
 
 
@@ -88,6 +89,8 @@ class Method:
     local_steps: int | str = 1
     #: with local steps: the outer exchange behind the next inner steps, one outer step late
     outer_overlap: bool = False
+    #: PowerSGD's rank (``matrix_approximation_rank``): the ``powersgd`` baseline's only setting
+    powersgd_rank: int = POWERSGD_RANK
 
     def __post_init__(self) -> None:
         if (self.baseline is None) == (self.exchange is None):
@@ -106,6 +109,16 @@ class Method:
                 raise ValueError(
                     f"{self.baseline} is PyTorch's own: it takes no recipe, warm-up or local steps"
                 )
+        if (
+            isinstance(self.powersgd_rank, bool)
+            or not isinstance(self.powersgd_rank, int)
+            or self.powersgd_rank < 1
+        ):
+            raise ValueError(f"powersgd_rank must be an integer >= 1, got {self.powersgd_rank!r}")
+        if self.powersgd_rank != POWERSGD_RANK and self.baseline != "powersgd":
+            other = self.baseline or "terngrad's hook"
+            raise ValueError(f"powersgd_rank is PowerSGD's rank; {other} has none")
+        if self.baseline is not None:
             return
         x = self.exchange
         run_level = x.replace(seed=0, timeout=None, kernels="auto", full_precision_steps=0)
@@ -143,6 +156,8 @@ class Method:
     @property
     def name(self) -> str:
         """The method's one name (the module's rule)."""
+        if self.baseline == "powersgd" and self.powersgd_rank != POWERSGD_RANK:
+            return f"powersgd-r{self.powersgd_rank}"
         if self.baseline is not None:
             return self.baseline
         return "-".join(_render(self))
@@ -150,6 +165,8 @@ class Method:
     @property
     def label(self) -> str:
         """The method in words, for tables and plots."""
+        if self.baseline == "powersgd":
+            return f"PyTorch powerSGD_hook (rank {self.powersgd_rank}, one bucket)"
         if self.baseline is not None:
             return BASELINES[self.baseline]
         return _words(self)
@@ -379,6 +396,20 @@ def parse(name: str) -> Method:
         raise ValueError(f"a method is named by a string, got {name!r}")
     if name in BASELINES:
         return Method(baseline=name)
+    rank = re.fullmatch(r"powersgd-r(\d+)", name)
+    if rank:
+        method = Method(baseline="powersgd", powersgd_rank=_integer(rank[1]))
+        if method.name != name:
+            raise ValueError(
+                f"method {name!r} is written {method.name!r} (rank {POWERSGD_RANK} is "
+                "powersgd's own, not written)"
+            )
+        return method
+    if name.startswith("powersgd-"):
+        raise ValueError(
+            f"method {name!r}: PyTorch's PowerSGD takes one setting, its rank: powersgd-r<K> "
+            "(powersgd-r8), or powersgd for rank 2"
+        )
     heads = sorted(quantize.names(), key=len, reverse=True)
     head = next((h for h in heads if name == h or name.startswith(h + "-")), None)
     if head is None:

@@ -15,7 +15,8 @@ warm-up, Tang et al. 2021, Sec. 4).
          [-frozen<F> | -localvar<N>]
          [-warmup<F>]
 
-* ``head``: ``fp32``, ``fp16`` or ``powersgd`` alone are PyTorch's own; any quantizer name
+* ``head``: ``fp32``, ``fp16`` or ``powersgd`` alone are PyTorch's own (``powersgd-r<K>``:
+  PowerSGD of rank K, 2 where not written); any quantizer name
   (``terngrad``, ``qsgd``, ``bingrad-b``, ... and ``fp32``/``fp16`` with a topology) is
   terngrad's hook;
 * ``levels``: the level quantizers' ``levels`` (``qsgd-5``);
@@ -73,7 +74,7 @@ __all__ = [
 METHODS: dict[str, Method] = {
     m.name: m
     for m in map(parse, (
-        "fp32", "fp16", "powersgd", "fp32-sharded",
+        "fp32", "fp16", "powersgd", "powersgd-r8", "fp32-sharded",
         "terngrad", "terngrad-fused", "terngrad-ps", "terngrad-allgather",
         "terngrad-own-scales", "terngrad-own-scales-fused",
         "terngrad-noclip", "terngrad-b512", "terngrad-b2048", "terngrad-ef", "terngrad-ef-fit",

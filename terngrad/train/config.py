@@ -96,11 +96,15 @@ class TrainConfig:
     baseline: str | None = setting(
         None,
         "PyTorch's own averaging instead of terngrad's hook: DDP's fp32 all-reduce, "
-        "fp16_compress_hook, or powerSGD_hook (rank 2, one bucket); the exchange flags are "
-        "then unused",
+        "fp16_compress_hook, or powerSGD_hook (one bucket); the exchange flags are then unused",
         "baseline",
         choices=lambda: baselines.BASELINES,
     )
+    #: PowerSGD's ``matrix_approximation_rank`` (the method ``powersgd-r8``: 8)
+    powersgd_rank: int = setting(
+        baselines.POWERSGD_RANK, "with --baseline powersgd: the rank of its low-rank factors",
+        "baseline", POSITIVE_INT, metavar="R",
+    )  # fmt: skip
     optimizer: str = setting("momentum", "", _OPT, choices=lambda: OPTIMIZERS)
     lr: float = setting(0.01, "learning rate", _OPT, POSITIVE)
     momentum: float = setting(0.9, "[0, 1)", _OPT, FRACTION)
@@ -233,6 +237,12 @@ class TrainConfig:
             )
         if not isinstance(self.out, str) or not self.out.strip():
             fail(f"out must name a folder, got {self.out!r}")
+        if self.powersgd_rank != baselines.POWERSGD_RANK and self.baseline != "powersgd":
+            other = self.baseline or "terngrad's hook"
+            fail(
+                f"powersgd-rank is PowerSGD's rank: give --baseline powersgd (the method "
+                f"powersgd-r{self.powersgd_rank}), not {other}"
+            )
         if self.local_steps != 1:
             if self.baseline is not None or self.optimizer in ("frozen-adamw", "local-adamw"):
                 fail(
@@ -259,7 +269,10 @@ class TrainConfig:
 
     @property
     def method(self) -> str:
-        """How gradients are averaged, in a word: the baseline's name or the quantizer's."""
+        """How gradients are averaged, in a word: the baseline's name (PowerSGD's with its rank
+        where not the default: ``powersgd-r8``) or the quantizer's."""
+        if self.baseline == "powersgd" and self.powersgd_rank != baselines.POWERSGD_RANK:
+            return f"powersgd-r{self.powersgd_rank}"
         return self.baseline or self.exchange.quantizer
 
     @property

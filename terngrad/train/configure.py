@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from terngrad.comm.methods import FrozenVariance, LocalVariance, Method
+from terngrad.comm.methods import POWERSGD_RANK, FrozenVariance, LocalVariance, Method
 from terngrad.comm.options import Options
 from terngrad.train.config import TrainConfig
 
@@ -34,6 +34,7 @@ def configure(
         return base.replace(
             out=out,
             baseline=method.baseline,
+            powersgd_rank=method.powersgd_rank,
             exchange=Options(),
             local_steps=1,
             outer_overlap=False,
@@ -56,6 +57,7 @@ def configure(
     return base.replace(
         out=out,
         baseline=None,
+        powersgd_rank=POWERSGD_RANK,
         exchange=exchange,
         local_steps=method.local_steps,
         outer_overlap=method.outer_overlap,

@@ -118,7 +118,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
         momentum = optimizer if isinstance(optimizer, MomentumSource) else None
         state = terngrad.ddp.register(ddp, options=cfg.hook_options, optimizer=momentum)
     else:  # PyTorch's own averaging: no hook state, nothing skipped, no bytes counted by us
-        ddp, state = baselines.wrap(model, cfg.baseline, cfg.seed), None
+        ddp, state = baselines.wrap(model, cfg.baseline, cfg.seed, cfg.powersgd_rank), None
     lr_schedule = make_schedule(cfg, optimizer, data.train_size)
     sampler = datasets.ShardSampler(data.train_size, rank, world, cfg.worker_batch, cfg.seed)
 

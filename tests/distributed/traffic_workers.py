@@ -49,14 +49,14 @@ class _Counted:
         dist.all_reduce = self._real
 
 
-def _baseline(model: nn.Module, name: str) -> nn.parallel.DistributedDataParallel:
-    """PyTorch's averaging ``name``; fp32 through ``allreduce_hook``, the Python form of DDP's
-    built-in all-reduce (the same tensors), so its all-reduces can be counted."""
-    if name == "fp32":
+def _baseline(model: nn.Module, m: methods.Method) -> nn.parallel.DistributedDataParallel:
+    """PyTorch's averaging of method ``m``; fp32 through ``allreduce_hook``, the Python form of
+    DDP's built-in all-reduce (the same tensors), so its all-reduces can be counted."""
+    if m.baseline == "fp32":
         ddp = nn.parallel.DistributedDataParallel(model)
         ddp.register_comm_hook(None, default_hooks.allreduce_hook)
         return ddp
-    return baselines.wrap(model, name, seed=0)
+    return baselines.wrap(model, m.baseline, seed=0, powersgd_rank=m.powersgd_rank)
 
 
 def counted_steps(rank: int, world: int, names: list[str], steps: int) -> dict:
@@ -84,7 +84,7 @@ def counted_steps(rank: int, world: int, names: list[str], steps: int) -> dict:
                 counts.append(tuple(a - b for a, b in zip(now, last, strict=True)))
                 last = now
         elif m.baseline is not None:
-            ddp = _baseline(model, m.baseline)
+            ddp = _baseline(model, m)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
             for _ in range(steps):
                 with _Counted() as c:

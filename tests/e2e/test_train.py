@@ -95,7 +95,17 @@ def test_pytorch_baselines_train_and_each_is_in_effect(tmp_path, capsys):
         params[baseline] = checkpoints.load(checkpoints.latest(out))["model"]
     assert main([*argv, "--steps", "6"]) == 0  # PowerSGD resumes (its memory afresh)
     assert [m["step"] for m in _metrics(tmp_path / "powersgd")] == [2, 4, 6]
-    for a, b in (("fp32", "fp16"), ("fp32", "powersgd"), ("fp16", "powersgd")):
+    rank4 = tmp_path / "powersgd-r4"  # the method's rank reaches PyTorch's hook
+    assert main([*ARGS, "--method", "powersgd-r4", "--steps", "4", "--out", str(rank4)]) == 0
+    assert json.loads((rank4 / "summary.json").read_text())["method"] == "powersgd-r4"
+    params["powersgd-r4"] = checkpoints.load(checkpoints.latest(rank4))["model"]
+    pairs = (
+        ("fp32", "fp16"),
+        ("fp32", "powersgd"),
+        ("fp16", "powersgd"),
+        ("powersgd", "powersgd-r4"),
+    )
+    for a, b in pairs:
         assert any(not torch.equal(params[a][k], params[b][k]) for k in params[a]), (a, b)
     with pytest.raises(ValueError, match="unknown baseline 'int8'"):
         TrainConfig(out="x", baseline="int8")

@@ -93,6 +93,11 @@ def test_traffic_of_each_method(tiny):
     p_side, q_side, plain = (600 + 10 + 8) * 2, (512 + 600 + 27) * 2, 600 + 10 + 8
     expected = sum(ring_bytes(4 * k, world) for k in (plain, p_side, q_side))
     assert (psgd.ranks[0].path, psgd.ranks[0].messages) == (expected, 3 * 2 * (world - 1))
+    # rank 8 compresses fc1 alone: fc2 (610 x 8 x 2 >= 6000) and conv (35 x 8 x 2 >= 216) not
+    (psgd8,) = traffic_model.transfers(tiny, "powersgd-r8", world)
+    plain8 = 600 + 10 + 8 + 10 * 600 + 8 * 27
+    expected = sum(ring_bytes(4 * k, world) for k in (plain8, 600 * 8, 512 * 8))
+    assert psgd8.ranks[0].path == expected
     # its first steps: a plain all-reduce
     (first,) = traffic_model.transfers(tiny, "powersgd", world, step=1)
     assert first.ranks[0].sent == ring_bytes(4 * n, world)

@@ -73,7 +73,9 @@ def test_a_new_method_is_one_name_and_defaults_are_left_out():
         ("terngrad-ef-b512", r"bucket size \(b512\) comes before error feedback"),
         ("terngrad-foo", "unknown part 'foo'"),
         ("fp32-ef", "name its topology"),  # fp32 alone is PyTorch's all-reduce
-        ("powersgd-b512", "unknown method .powersgd-b512.: a method starts with"),
+        ("powersgd-b512", "PyTorch's PowerSGD takes one setting, its rank: powersgd-r<K>"),
+        ("powersgd-r2", "is written 'powersgd'"),  # rank 2 is powersgd's own
+        ("powersgd-r0", "powersgd_rank must be an integer >= 1, got 0"),
         ("topk", "unknown method 'topk'"),
         ("terngrad-own", "unknown part 'own'"),  # its older name is get()'s alias, not the rule's
         ("terngrad-clip2.5", "is written 'terngrad'"),
@@ -130,6 +132,24 @@ def test_select_refusals():
         Method()
     with pytest.raises(ValueError, match="leaves the run's settings at their defaults"):
         Method(exchange=Options(seed=3))
+
+
+def test_powersgd_names_its_rank_and_the_run_takes_it():
+    """``powersgd-r8``: PyTorch's PowerSGD of rank 8, in the name, the words, the run's config
+    and its summary's method; the rank belongs to PowerSGD alone."""
+    m = methods.parse("powersgd-r8")
+    assert (m.baseline, m.powersgd_rank, m.name) == ("powersgd", 8, "powersgd-r8")
+    assert m.one_bucket and "rank 8" in m.label and "rank 2" in methods.get("powersgd").label
+    cfg = configure(m, TrainConfig(out="x"), "out")
+    assert (cfg.baseline, cfg.powersgd_rank, cfg.method) == ("powersgd", 8, "powersgd-r8")
+    hooked = configure(methods.get("terngrad"), cfg, "out")  # the rank does not follow
+    assert hooked.powersgd_rank == methods.POWERSGD_RANK and hooked.baseline is None
+    with pytest.raises(ValueError, match="powersgd_rank is PowerSGD's rank; fp16 has none"):
+        Method(baseline="fp16", powersgd_rank=4)
+    with pytest.raises(ValueError, match="terngrad's hook has none"):
+        Method(exchange=Options(), powersgd_rank=4)
+    with pytest.raises(ValueError, match="powersgd-rank is PowerSGD's rank: give --baseline"):
+        TrainConfig(out="x", powersgd_rank=4)
 
 
 def test_configure_puts_the_protocol_over_the_method():
