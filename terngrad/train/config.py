@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from terngrad.comm import Options
+from terngrad.comm.method_spec import Method
 from terngrad.comm.options import MAX_TIMEOUT
 from terngrad.local_steps import AUTO_PROBE_STEPS
 from terngrad.train import baselines, models, schedule
@@ -269,11 +270,11 @@ class TrainConfig:
 
     @property
     def method(self) -> str:
-        """How gradients are averaged, in a word: the baseline's name (PowerSGD's with its rank
-        where not the default: ``powersgd-r8``) or the quantizer's."""
-        if self.baseline == "powersgd" and self.powersgd_rank != baselines.POWERSGD_RANK:
-            return f"powersgd-r{self.powersgd_rank}"
-        return self.baseline or self.exchange.quantizer
+        """How gradients are averaged, in a word: the baseline's method name (``powersgd-r8``)
+        or the quantizer's."""
+        if self.baseline is not None:
+            return Method(baseline=self.baseline, powersgd_rank=self.powersgd_rank).name
+        return self.exchange.quantizer
 
     @property
     def worker_batch(self) -> int:
