@@ -334,7 +334,8 @@ class DiLoCo:
         self._pending_exchange_state = cloned(self.exchange.state_dict())
         self._pending_sent = sent
         self._pending_deltas = deltas
-        self._pending = self._executor.submit(_no_grad(self.exchange.average), deltas)
+        # grad mode is per thread: the exchange's thread runs under its own no_grad
+        self._pending = self._executor.submit(torch.no_grad()(self.exchange.average), deltas)
 
     def _decide_local_steps(self) -> None:
         """``local_steps="auto"``: ``H`` from the inner steps timed so far and the probe
@@ -445,16 +446,6 @@ class DiLoCo:
                 else:
                     self._starts = [a.detach() - d for a, d in zip(self.anchor, sent, strict=True)]
             self._launch([d.clone() for d in sent], sent)
-
-
-def _no_grad(fn: Any) -> Any:
-    """``fn`` run under ``torch.no_grad()`` (grad mode is per thread)."""
-
-    def run(*args: Any) -> Any:
-        with torch.no_grad():
-            return fn(*args)
-
-    return run
 
 
 def _local_gradients(_, bucket):  # DDP checks real annotations; these would be strings
