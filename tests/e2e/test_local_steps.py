@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from support import LENET_RUN as ARGS
+from support import LENET_SYNTHETIC_RUN as ARGS
 
 from terngrad.cli import main
 from terngrad.train import checkpoints

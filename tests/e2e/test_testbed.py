@@ -1,7 +1,7 @@
 """The namespace testbed for real (root and iproute2; skipped with the reason otherwise, and on
 its own namespace prefixes so it never touches a user's benchmark): a 2-rank ``bench network``
 run, namespaces it did not make refused and kept, a killed run's testbed removed exactly
-(processes included), and a 2-rank, 2-method ``bench accuracy`` run."""
+(processes included), and a 2-rank, 2-method ``bench accuracy`` run and a sweep over it."""
 
 import json
 import subprocess
@@ -117,18 +117,21 @@ ACCURACY_PREFIX = "tgacc"
 
 
 @pytest.mark.skipif(WHY_NOT is not None, reason=f"testbed: {WHY_NOT}")
-def test_two_ranks_two_methods_on_the_shaped_testbed(tmp_path):
-    plan = tta.AccuracyComparison(
-        accuracy_base(tmp_path),
-        ("fp32", "terngrad"),
-        "100mbit",
-        0.3,
-        time_limit=300,
-        prefix=ACCURACY_PREFIX,
-    )
+def test_two_ranks_two_methods_on_the_shaped_testbed_then_a_sweep(tmp_path):
+    """A 2-rank, 2-method ``bench accuracy`` run at 100 Mbit/s (read back when run again,
+    reported again for another target), then the sweep over it and the unlimited link: the
+    100 Mbit/s point is read back, each rate in its own folder, and the sweep's table, JSON and
+    plot are written."""
+    from terngrad.experiments import sweep
+
+    base = accuracy_base(tmp_path / "sweep")
+    swept = tta.AccuracyComparison(base, ("fp32", "terngrad"), "100mbit", 0.3, time_limit=300,
+                                   prefix=ACCURACY_PREFIX)  # fmt: skip
+    (plan,) = sweep.comparisons(swept, ["100mbit"])
+    out = Path(plan.base.out)
     lines: list[str] = []
-    comparison.run(plan, tmp_path, echo=lines.append)
-    results = json.loads((tmp_path / "results.json").read_text())
+    comparison.run(plan, out, echo=lines.append)
+    results = json.loads((out / "results.json").read_text())
     assert not [
         n for n in testbed._namespaces() if n.startswith(f"{ACCURACY_PREFIX}-")
     ]  # torn down
@@ -146,52 +149,41 @@ def test_two_ranks_two_methods_on_the_shaped_testbed(tmp_path):
         tern["hook_bytes_per_step"] <= tern["wire_bytes_per_step"] < fp32["wire_bytes_per_step"] / 5
     )
     assert any("fp32 step 10: test accuracy" in line for line in lines)  # progress on the way
-    out = Path(tmp_path)
     table = (out / "results.md").read_text()
     assert "| fp32 |" in table and "| terngrad |" in table
-    assert json.loads((out / "results.json").read_text())["methods"][1]["method"] == "terngrad"
     drawn = tta_report.plot(results, out / "again.png")
     assert drawn == (["fp32", "terngrad"], ["fp32", "terngrad"])  # every method, both panels
     assert (out / "time-to-accuracy.png").stat().st_size > 10_000
     # run again: every method is read back, nothing is trained twice
     lines.clear()
-    comparison.run(plan, tmp_path, echo=lines.append)
-    again = json.loads((tmp_path / "results.json").read_text())
+    comparison.run(plan, out, echo=lines.append)
+    again = json.loads((out / "results.json").read_text())
     assert [r["train_seconds"] for r in again["methods"]] == [
         r["train_seconds"] for r in results["methods"]
     ]
     assert sum("(done before)" in line for line in lines) == 2
     # the report again, for another target, without training or building anything
-    comparison.report_only(replace(plan, target=0.15), tmp_path)
-    lower = json.loads((tmp_path / "results.json").read_text())
+    comparison.report_only(replace(plan, target=0.15), out)
+    lower = json.loads((out / "results.json").read_text())
     assert [r["method"] for r in lower["methods"]] == ["fp32", "terngrad"]
     assert all(r["reached"] and r["reached"]["step"] == 10 for r in lower["methods"])
     assert "# Time to 15%" in (out / "results.md").read_text()
     other = replace(plan, base=replace(plan.base, lr=0.5))
     with pytest.raises(ValueError, match=r"fp32 \(DDP fp32 all-reduce\) has not finished"):
-        comparison.report_only(other, tmp_path)
-
-
-@pytest.mark.skipif(WHY_NOT is not None, reason=f"testbed: {WHY_NOT}")
-def test_a_small_bandwidth_sweep(tmp_path):
-    """Two link rates, one seed, runs stopped at a low target: each rate's comparison in its
-    own folder, then the sweep's table, JSON and plot (on its own namespace prefix)."""
-    from terngrad.experiments import sweep
-
-    out = tmp_path / "sweep"
-    base = accuracy_base(out, steps=20, eval_every=5)
-    plan = tta.AccuracyComparison(base, ("fp32", "terngrad"), "100mbit", 0.3,
-                                       prefix="tgsweep", stop_at_target=True)  # fmt: skip
-    plans = sweep.comparisons(plan, ["100mbit", "unlimited"])
-    text = sweep.run(plans, lambda p: comparison.run(p, Path(p.base.out), echo=print), out)
+        comparison.report_only(other, out)
+    # the sweep: 100 Mbit/s read back, the unlimited link trained
+    lines.clear()
+    plans = sweep.comparisons(swept, ["100mbit", "unlimited"])
+    text = sweep.run(plans, lambda p: comparison.run(p, Path(p.base.out), echo=lines.append),
+                     tmp_path / "sweep")  # fmt: skip
+    assert sum("(done before)" in line for line in lines) == 2  # the 100 Mbit/s point's
     assert "# Time to 30% against the link" in text
-    found = json.loads((out / "sweep.json").read_text())
+    found = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
     assert [p["bandwidth"] for p in found["points"]] == ["100mbit", "unlimited"]
     for p in found["points"]:
         assert set(p["methods"]) == {"fp32", "terngrad"}
     for bandwidth in ("100mbit", "unlimited"):
-        results = json.loads((out / bandwidth / "results.json").read_text())
-        assert results["stop_at_target"] and results["bandwidth"] == bandwidth
-        for run in results["runs"]:  # stopped right after the evaluation that reached 30%
-            assert run["reached"] is None or run["steps"] == run["reached"]["step"]
-    assert (out / "sweep.png").stat().st_size > 10_000
+        assert json.loads((out.parent / bandwidth / "results.json").read_text())["bandwidth"] == (
+            bandwidth
+        )
+    assert (tmp_path / "sweep" / "sweep.png").stat().st_size > 10_000

@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 from support import LENET_RUN as ARGS
+from support import LENET_SYNTHETIC_RUN as QUICK
 
 from terngrad.cli import main
 from terngrad.train import checkpoints
@@ -85,7 +86,7 @@ def test_pytorch_baselines_train_and_each_is_in_effect(tmp_path, capsys):
     params = {}
     for baseline in ("fp32", "fp16", "powersgd"):
         out = tmp_path / baseline
-        argv = [*ARGS, "--baseline", baseline, "--check-replicas-every", "2", "--out", str(out)]
+        argv = [*QUICK, "--baseline", baseline, "--check-replicas-every", "2", "--out", str(out)]
         assert main([*argv, "--steps", "4"]) == 0
         assert f"PyTorch's {baseline} averaging" in capsys.readouterr().out
         summary = json.loads((out / "summary.json").read_text())
@@ -96,7 +97,7 @@ def test_pytorch_baselines_train_and_each_is_in_effect(tmp_path, capsys):
     assert main([*argv, "--steps", "6"]) == 0  # PowerSGD resumes (its memory afresh)
     assert [m["step"] for m in _metrics(tmp_path / "powersgd")] == [2, 4, 6]
     rank4 = tmp_path / "powersgd-r4"  # the method's rank reaches PyTorch's hook
-    assert main([*ARGS, "--method", "powersgd-r4", "--steps", "4", "--out", str(rank4)]) == 0
+    assert main([*QUICK, "--method", "powersgd-r4", "--steps", "4", "--out", str(rank4)]) == 0
     assert json.loads((rank4 / "summary.json").read_text())["method"] == "powersgd-r4"
     params["powersgd-r4"] = checkpoints.load(checkpoints.latest(rank4))["model"]
     pairs = (
