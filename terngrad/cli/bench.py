@@ -21,6 +21,7 @@ from terngrad.cli.flags import (
     add_time_limit,
     in_range,
     one_or_list,
+    positive_float,
     positive_int,
 )
 from terngrad.util.files import atomic_write_text
@@ -31,6 +32,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     from terngrad.bench.network import DEFAULT_METHODS as NETWORK_METHODS
     from terngrad.bench.testbed import BANDWIDTHS
     from terngrad.comm import Options, methods
+    from terngrad.experiments import tuning
     from terngrad.experiments.time_to_accuracy import DEFAULT_METHODS as ACCURACY_METHODS
     from terngrad.train import models
     from terngrad.train.config import TrainConfig
@@ -183,6 +185,31 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="test loss to reach instead, in nats per prediction (a language model's validation "
         "loss: fp32's final loss + 1%%, say)",
     )  # fmt: skip
+    target.add_argument(
+        "--target-loss-above-fp32", type=positive_float, metavar="PERCENT",
+        help="with --tune-lr: the target is the test loss fp32 ended at, at its tuned rate, "
+        "plus PERCENT percent (the GPT race: 1)",
+    )  # fmt: skip
+    t = b.add_argument_group(
+        "tuning (a fair race: every method at its own best learning rate)",
+        "Each method first trains on the tuning seed at every rate given, on an unlimited link "
+        "(into --out/tuning; finished points are read back), and races at the rate that "
+        "reached the target in the fewest steps (a loss target: the lowest final loss).",
+    )
+    t.add_argument("--tune-lr", type=positive_float, nargs="+", metavar="LR",
+                   help="the learning rates to tune every method over")  # fmt: skip
+    t.add_argument(
+        "--tune-outer-lr", type=positive_float, nargs="+", metavar="LR",
+        help="with --tune-lr: the outer learning rates to tune methods with local steps over "
+        "too (their grid: every pair; default: --outer-lr alone)",
+    )  # fmt: skip
+    t.add_argument(
+        "--tune-seed", type=in_range(INT64), metavar="SEED",
+        help=f"with --tune-lr: the seed of the tuning runs, never one of the race's "
+        f"({tuning.DEFAULT_SEED})",
+    )  # fmt: skip
+    t.add_argument("--tune-only", action="store_true",
+                   help="with --tune-lr: tune and report the rates; race nothing")  # fmt: skip
     g.add_argument("--seeds", type=positive_int, default=1,
                    help="seeds of every method: --seed, --seed + 1, ... (1)")  # fmt: skip
     g.add_argument(
@@ -301,9 +328,13 @@ def network(args: argparse.Namespace) -> int:
 
 
 def accuracy(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from terngrad.bench import testbed
     from terngrad.cli.flags import given
     from terngrad.comm import Options
     from terngrad.experiments import comparison, sweep, time_to_accuracy, time_to_accuracy_report
+    from terngrad.experiments import tuning as tuning_
     from terngrad.train import run_folder
     from terngrad.train.config import TrainConfig
 
@@ -311,14 +342,18 @@ def accuracy(args: argparse.Namespace) -> int:
     settings = {**given(args, TrainConfig), "out": args.out, "keep_checkpoints": 1}
     exchange = Options(**given(args, Options, exclude=("seed", "timeout")))
     base = TrainConfig(**settings, exchange=exchange)
+    above_fp32 = args.target_loss_above_fp32
+    by_loss = args.target_loss is not None or above_fp32 is not None
+    target = args.target / 100 if not by_loss else (args.target_loss or 1.0)  # (set by tuning)
     plan = time_to_accuracy.AccuracyComparison(
-        base, tuple(args.methods), rates[0],
-        args.target / 100 if args.target_loss is None else args.target_loss, args.time_limit,
+        base, tuple(args.methods), rates[0], target, args.time_limit,
         predict_with=tuple(args.predict_with) if args.predict_with else None,
         seeds=args.seeds, stop_at_target=args.stop_at_target,
-        target_metric="accuracy" if args.target_loss is None else "loss",
+        target_metric="loss" if by_loss else "accuracy",
     )  # fmt: skip
     out = Path(args.out)
+    tuned = _tuning(args, plan)
+    echo = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
 
     def train(one) -> None:
         folder = Path(one.base.out)
@@ -326,7 +361,6 @@ def accuracy(args: argparse.Namespace) -> int:
             with run_folder.claim(folder):
                 text = comparison.report_only(one, folder)
         else:  # every bad input fails in the plan's checks first: one line, status 2
-            echo = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
             text = comparison.run(one, folder, echo=echo)
         print(text)
         results = json.loads((folder / "results.json").read_text())
@@ -334,12 +368,49 @@ def accuracy(args: argparse.Namespace) -> int:
         print(f"Written: {folder}/results.json, {folder}/results.md, "
               f"{folder}/time-to-accuracy.png")  # fmt: skip
 
-    if len(rates) == 1:
-        train(plan)
-        return 0
-    plans = sweep.comparisons(plan, rates)
-    for one in plans:  # every bandwidth's bad input fails before the first trains
+    plans = sweep.comparisons(plan, rates) if len(rates) > 1 else [plan]
+    for one in plans:  # every bandwidth's bad input fails before anything trains
         one.plan()
+        testbed.rate_bits(one.bandwidth)
+    if tuned is not None:
+        record, text = tuning_.tune(tuned, echo, args.report_only)
+        print(text)
+        folder = Path(tuned.base.out)
+        print(f"Written: {folder}/tuning.json, {folder}/tuning.md, {folder}/tuning.png")
+        if args.tune_only:
+            return 0
+        if above_fp32 is not None:
+            loss = tuning_.tuned_loss_target(record, "fp32", above_fp32)
+            print(f"target: fp32's tuned loss + {above_fp32:g}% = {loss:.4f}")
+            plans = [replace(one, target=loss) for one in plans]
+        plans = [tuning_.raced(one, record) for one in plans]
+    if len(plans) == 1:
+        train(plans[0])
+        return 0
     print(sweep.run(plans, train, out))
     print(f"Written: {out}/sweep.json, {out}/sweep.md, {out}/sweep.png")
     return 0
+
+
+def _tuning(args: argparse.Namespace, plan):
+    """The tuning ``--tune-lr`` asks for before ``plan`` races, or ``None``; ``ValueError`` for
+    a tuning flag given without it."""
+    from terngrad.experiments import tuning
+
+    if not args.tune_lr:
+        tuning_flags = {
+            "--tune-outer-lr": args.tune_outer_lr,
+            "--tune-seed": args.tune_seed is not None,
+            "--tune-only": args.tune_only,
+            "--target-loss-above-fp32": args.target_loss_above_fp32,
+        }
+        for flag, given_ in tuning_flags.items():
+            if given_:
+                raise ValueError(f"{flag} is a setting of the tuning: give --tune-lr too")
+        return None
+    if args.target_loss_above_fp32 is not None and "fp32" not in args.methods:
+        raise ValueError("--target-loss-above-fp32 sets the target from fp32's tuning: give "
+                         "fp32 among --methods")  # fmt: skip
+    seed = tuning.DEFAULT_SEED if args.tune_seed is None else args.tune_seed
+    grid = tuning.LrGrid(tuple(args.tune_lr), seed, tuple(args.tune_outer_lr or ()))
+    return tuning.LrTuning.of(plan, grid)

@@ -20,7 +20,7 @@ from typing import Any
 from terngrad.bench import testbed
 from terngrad.comm.method_spec import BASELINES
 from terngrad.experiments.time_to_accuracy import AccuracyComparison
-from terngrad.experiments.time_to_accuracy_report import results_target
+from terngrad.experiments.time_to_accuracy_report import rate_words, results_target
 from terngrad.util.files import atomic_write, atomic_write_text
 
 
@@ -72,6 +72,8 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
                     "steps_to_target_sd": m["steps_to_target_sd"],
                     "reached_runs": m["reached_runs"],
                     "seeds": m["seeds"],
+                    "lr": m.get("lr"),
+                    "outer_lr": m.get("outer_lr"),
                     "step_seconds": m["step_seconds"],
                     "sooner_than_fp32": m["sooner_than_fp32"],
                     "sooner_than_fp16": m["sooner_than_fp16"],
@@ -96,6 +98,7 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
         "target": first["target"],
         "target_metric": first.get("target_metric", "accuracy"),
         "seeds": first.get("seeds"),
+        "tuned_on": first.get("tuned_on"),
         "fp32_ring_bytes_per_step": ring,
         "compute_seconds": compute,
         "fastest_on_fastest_link": free,
@@ -159,6 +162,18 @@ def markdown(sweep: dict[str, Any]) -> str:
             "-" if sooner is None else f"{sooner:.2f}x",
             "-" if made_free is None else f"{made_free:.2f}x",
         ])  # fmt: skip
+    rates = ""
+    if sweep.get("tuned_on") is not None:
+        raced = {}
+        for p in sweep["points"]:
+            for name, m in p["methods"].items():
+                raced.setdefault(name, rate_words(m))
+        rates = (
+            f"Each method raced at its own learning rate (outer rate in brackets), tuned on seed "
+            f"{sweep['tuned_on']}, kept out of the race (tuning/tuning.md): "
+            + ", ".join(f"{name} {words}" for name, words in raced.items())
+            + ".\n\n"
+        )
     best = sweep["fastest_on_fastest_link"]
     free = f"{best['method']} {best['seconds']:.0f} s" if best else "none reached the target"
     race_header = ["links", "fastest of PyTorch's (fp32, fp16, PowerSGD)", "fastest of terngrad's",
@@ -170,7 +185,10 @@ def markdown(sweep: dict[str, Any]) -> str:
         "sd), then how many times sooner than fp32 / fp16 (ratios of the means); '-': not run "
         "on that link. comm / compute: an fp32 ring all-reduce of the gradient at the link's "
         "rate over fp32's step on the fastest link swept.\n\n"
-        "## terngrad against PyTorch's own\n\n" + markdown_table(race_header, race) + "\n"
+        + rates
+        + "## terngrad against PyTorch's own\n\n"
+        + markdown_table(race_header, race)
+        + "\n"
         "The last column: terngrad's time on this link over the fastest method's on the fastest "
         f"link swept ({free}): 1.00x is a slow link made free.\n"
     )
@@ -223,7 +241,8 @@ def plot(sweep: dict[str, Any], path: Path) -> dict[str, list[float]]:
     by_rate.set_ylabel(f"training seconds to {target}")
     for ax in (by_rate, by_ratio):
         ax.grid(True, which="both", alpha=0.3)
-    by_rate.legend()
+    if drawn:
+        by_rate.legend()
     fig.suptitle(
         f"{sweep['model']} on {sweep['dataset']}, {sweep['workers']} ranks: time to "
         f"{target} against the link (measured, mean over seeds)"

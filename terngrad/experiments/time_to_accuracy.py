@@ -32,8 +32,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -73,11 +73,16 @@ class AccuracyComparison(Comparison):
     stop_at_target: bool = False
     #: what ``target`` is of: ``"accuracy"`` or ``"loss"``
     target_metric: str = "accuracy"
+    #: settings over ``base`` by method name (a tuned race: each method's ``lr``, ``outer_lr``)
+    per_method: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
+    #: the seed the rates were tuned on, in a tuned race (:mod:`terngrad.experiments.tuning`)
+    tuned_on: int | None = None
     title = "terngrad bench accuracy"
 
     def plan(self) -> list[Run]:
-        """Every method with every seed, in that order; runs in ``<out>/<method>`` (one seed)
-        or ``<out>/<method>-s<seed>``."""
+        """Every method with every seed, in that order (each with its own settings of
+        ``per_method`` over the base); runs in ``<out>/<method>`` (one seed) or
+        ``<out>/<method>-s<seed>``."""
         _check_target(self.target, self.target_metric)
         if self.seeds < 1:
             raise ValueError(f"seeds must be at least 1, got {self.seeds}")
@@ -90,7 +95,8 @@ class AccuracyComparison(Comparison):
             for seed in range(self.base.seed, self.base.seed + self.seeds):
                 folder = m.name if self.seeds == 1 else f"{m.name}-s{seed}"
                 base = self.base.replace(seed=seed, stop_at_accuracy=None if by_loss else stop,
-                                         stop_at_loss=stop if by_loss else None)  # fmt: skip
+                                         stop_at_loss=stop if by_loss else None,
+                                         **self.per_method.get(m.name, {}))  # fmt: skip
                 cfg = configure(m, base, str(Path(self.base.out) / folder), protocol)
                 label = f"{m.name} ({m.label})" + (f" seed {seed}" if self.seeds > 1 else "")
                 runs.append(Run(m.name, cfg, label, {"seed": seed}))

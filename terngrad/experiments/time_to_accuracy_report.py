@@ -60,6 +60,8 @@ def run_row(
         "method": name,
         "seed": cfg.seed,
         "label": methods.get(methods.canonical(name)).label if name else "",
+        "lr": cfg.lr,
+        "outer_lr": cfg.outer_lr if cfg.local_steps != 1 else None,
         "reached": time_to_target(curve, target, metric),
         "final_accuracy": summary["accuracy"],
         "best_accuracy": summary["best_accuracy"],
@@ -166,6 +168,8 @@ def method_row(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "method": name,
         "label": first["label"],
+        "lr": first.get("lr"),
+        "outer_lr": first.get("outer_lr"),
         "seeds": [r["seed"] for r in runs],
         "reached_runs": len(hit),
         "reached": ({"step": steps, "train_seconds": seconds} if len(hit) == len(runs) else None),
@@ -224,6 +228,7 @@ def summarise(plan, runs: list[Run]) -> dict[str, Any]:
         "target_metric": plan.target_metric,
         "seeds": sorted({row["seed"] for row in rows}),
         "stop_at_target": plan.stop_at_target,
+        "tuned_on": plan.tuned_on,
         "settings": {
             "optimizer": base.optimizer,
             "lr": base.lr,
@@ -250,8 +255,10 @@ def markdown(results: dict[str, Any]) -> str:
     target, by_loss = results_target(results)
     modelled = results["prediction"] is not None
     scores = ["final loss", "best loss"] if by_loss else ["final accuracy", "best"]
-    header = ["method", "seeds", f"step at {target}", f"seconds to {target}", "vs fp32",
-              "vs fp16", *scores, "wire MB / step / rank", "s / step"]  # fmt: skip
+    tuned = results.get("tuned_on") is not None
+    header = ["method", *(["lr (outer lr)"] if tuned else []), "seeds", f"step at {target}",
+              f"seconds to {target}", "vs fp32", "vs fp16", *scores, "wire MB / step / rank",
+              "s / step"]  # fmt: skip
     if modelled:
         header += ["model: s / step", f"model: s to {target}", "model error"]
     rows = []
@@ -262,6 +269,7 @@ def markdown(results: dict[str, Any]) -> str:
         sd_secs = f" ± {r['seconds_to_target_sd']:.0f}" if reached and runs > 1 else ""
         row = [
             r["method"],
+            *([rate_words(r)] if tuned else []),
             f"{runs}" if r["reached_runs"] == runs else f"{runs} ({r['reached_runs']} reached)",
             f"{reached['step']:.0f}{sd_steps}" if reached else "not reached",
             f"{reached['train_seconds']:.0f}{sd_secs}" if reached else "-",
@@ -290,7 +298,14 @@ def markdown(results: dict[str, Any]) -> str:
         f"# Time to {target}: {results['model']} on {results['dataset']}, "
         f"{results['workers']} ranks, {results['bandwidth']} links\n\n"
         + markdown_table(header, rows)
-        + f"\nSettings: {s['optimizer']}, lr {s['lr']} ({s['lr_schedule']}), momentum "
+        + f"\nSettings: {s['optimizer']}, "
+        + (
+            f"each method at its own learning rate ({s['lr_schedule']}; the column lr), tuned on "
+            f"seed {results['tuned_on']}, kept out of the race (the tuning's tuning.md)"
+            if tuned
+            else f"lr {s['lr']} ({s['lr_schedule']})"
+        )
+        + ", momentum "
         f"{s['momentum']}, weight decay {s['weight_decay']}, batch {s['batch_size_per_worker']} "
         f"per worker, at most {s['steps']} steps"
         + (", each run stopped at the target" if results.get("stop_at_target") else "")
@@ -323,6 +338,13 @@ def markdown(results: dict[str, Any]) -> str:
             f"{others}.\n"
         )
     return text
+
+
+def rate_words(row: dict[str, Any]) -> str:
+    """A method's learning rate, and its outer rate where it runs local steps: ``0.05 (0.7)``."""
+    if row.get("lr") is None:
+        return "-"
+    return f"{row['lr']:g}" + ("" if row.get("outer_lr") is None else f" ({row['outer_lr']:g})")
 
 
 def _loss(value: float | None) -> str:

@@ -32,6 +32,9 @@ from terngrad.train.progress import Progress
 from terngrad.train.setup import build_model, load_data, make_optimizer, make_schedule
 from terngrad.util import netdev
 
+#: what the trainer says when it stops on NaN/Inf gradients (a learning rate's tuning reads it)
+DIVERGED = "had a NaN or Inf gradient on some rank"
+
 
 class TrainingFailed(RuntimeError):
     """Training cannot go on (too many non-finite steps); the checkpoints are intact."""
@@ -178,8 +181,8 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
             if skipped_in_a_row >= cfg.max_skipped_steps:  # every rank: same skip flags
                 last = checkpoints.latest(out)
                 raise TrainingFailed(
-                    f"{skipped_in_a_row} consecutive steps (up to step {step + 1}) had a NaN or "
-                    "Inf gradient on some rank and were skipped; stopping. The last good "
+                    f"{skipped_in_a_row} consecutive steps (up to step {step + 1}) {DIVERGED} "
+                    "and were skipped; stopping. The last good "
                     f"checkpoint is {last or 'none (none was written yet)'}; check the data "
                     "and the learning rate (a new learning rate needs a new --out)"
                 )

@@ -187,3 +187,36 @@ def test_two_ranks_two_methods_on_the_shaped_testbed_then_a_sweep(tmp_path):
             bandwidth
         )
     assert (tmp_path / "sweep" / "sweep.png").stat().st_size > 10_000
+
+
+@pytest.mark.skipif(WHY_NOT is not None, reason=f"testbed: {WHY_NOT}")
+def test_a_tuned_race_tunes_on_its_own_seed_then_races_each_method_at_its_rate(tmp_path):
+    """``--tune-lr``: TernGrad at two rates on the tuning seed, unlimited (it diverges at the
+    huge one: a point of its curve, not a failure), then the race at the rate chosen; run
+    again, everything is read back."""
+    from terngrad.experiments import tuning
+
+    race = tta.AccuracyComparison(
+        accuracy_base(tmp_path, steps=20), ("terngrad",), "unlimited", 0.3, time_limit=300,
+        prefix=ACCURACY_PREFIX, stop_at_target=True,
+    )  # fmt: skip
+    tuned = tuning.LrTuning.of(race, tuning.LrGrid((0.05, 1e6), seed=1000))
+    lines: list[str] = []
+    record, text = tuning.tune(tuned, lines.append)
+    tern = record["methods"]["terngrad"]
+    assert [p["lr"] for p in tern["points"]] == [0.05, 1e6]
+    assert tern["points"][0]["reached"]["step"] in (10, 20)
+    assert tern["points"][1]["diverged"] and any("diverged" in line for line in lines)
+    assert tern["chosen"]["lr"] == 0.05
+    assert "| terngrad |" in text and "| diverged |" in text
+    fair = tuning.raced(race, record)
+    results_text = comparison.run(fair, Path(fair.base.out), echo=lines.append)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["tuned_on"] == 1000 and results["seeds"] == [0]
+    assert [(m["method"], m["lr"]) for m in results["methods"]] == [("terngrad", 0.05)]
+    assert "each method at its own learning rate, tuned on seed 1000" in results_text
+    # again: the tuning's points, the diverged one included, and the race are read back
+    lines.clear()
+    tuning.tune(tuned, lines.append)
+    comparison.run(fair, Path(fair.base.out), echo=lines.append)
+    assert sum("(done before)" in line for line in lines) == 3

@@ -210,6 +210,25 @@ def _refused_by_bench_accuracy(capsys, argv, monkeypatch, tmp_path) -> str:
         (["--target", "90", "--methods", "fp32", "fp32"], "methods given twice: fp32"),
         (["--target", "90", "--bandwidth", "fast"], "bandwidth must be a rate"),
         (["--target", "90", "--workers", "9"], "the testbed has 2 to 8 ranks"),
+        (["--target", "90", "--tune-lr", "0.01", "-1"], "expected a positive finite number"),
+        (["--target", "90", "--tune-lr", "0.01", "inf"], "expected a positive finite number"),
+        (["--target", "90", "--tune-lr", "nan"], "expected a positive finite number"),
+        (["--target", "90", "--tune-lr"], "expected at least one argument"),
+        (["--target", "90", "--tune-lr", "0.01", "0.01"], "--tune-lr: each rate may be given once"),
+        (["--target", "90", "--tune-lr", "0.01", "--tune-outer-lr", "0"], "positive finite"),
+        (
+            ["--target", "90", "--tune-lr", "0.01", "--seeds", "3", "--tune-seed", "2"],
+            "--tune-seed 2 is one of the race's seeds (0..2)",
+        ),
+        (["--target", "90", "--tune-seed", "7"], "--tune-seed is a setting of the tuning"),
+        (
+            ["--target-loss-above-fp32", "1", "--tune-lr", "0.01", "--methods", "fp16"],
+            "give fp32 among --methods",
+        ),
+        (
+            ["--target", "90", "--tune-lr", "0.01", "--bandwidths", "1gbit", "fast"],
+            "bandwidth must be a rate",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(capsys, monkeypatch, tmp_path, argv, message):

@@ -1,0 +1,447 @@
+"""Every method at its own best learning rate: ``terngrad bench accuracy --tune-lr``.
+
+A race of methods at one shared learning rate measures the rate as much as the methods: at
+LeNet's protocol rate (0.01) local steps reached 98% in half of fp32's steps, and at each
+method's own best rate in 1.4x them. So a fair race tunes first (:class:`LrTuning`):
+
+* for each method, one run at every rate of the grid (a method with local steps: at every pair
+  of rate and outer rate), on the **tuning seed**, which is kept out of the race;
+* on an unlimited link: a link changes the seconds a step takes, not the steps, so one tuning
+  serves every link of a sweep (``--local-steps auto`` is the exception: it chooses H from the
+  link; it is tuned as it runs unlimited);
+* the rate chosen (:func:`choose`): for an accuracy target, the one that reaches it in the fewest
+  steps (a tie: the higher final accuracy, then the smaller rate); none reaching it, the highest
+  best accuracy, said so. For a loss target, the lowest final loss (tuning runs train every
+  step, so a loss target may be set from the tuning itself: ``--target-loss-above-fp32 1``).
+  A rate at which training diverged (the trainer stopped on NaN/Inf gradients) is a point of
+  the curve, not a failure of the tuning.
+
+The race then runs at each method's rate, on the race seeds. In ``<out>/tuning/``: a run per
+point (``<method>-lr<lr>`` or ``<method>-lr<lr>-olr<outer>``), ``tuning.json`` (what the tuning
+was made for, every point, each method's choice), ``tuning.md`` and ``tuning.png`` (a method's
+steps to target, or final loss, against the rate). A resumed tuning reads finished points
+back and refuses a record made for another model, recipe, target or seed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from terngrad.bench import testbed
+from terngrad.comm import methods
+from terngrad.experiments import comparison
+from terngrad.experiments.comparison import Echo, Run, Train
+from terngrad.experiments.time_to_accuracy import AccuracyComparison
+from terngrad.experiments.time_to_accuracy_report import run_row, target_words
+from terngrad.train.config import RESUMABLE_CHANGES
+from terngrad.train.configure import configure
+from terngrad.train.loop import DIVERGED
+from terngrad.util.differences import differences
+from terngrad.util.files import atomic_write, atomic_write_text, read_json
+
+RECORD = "tuning.json"
+#: the tuning seed unless one is given: far from the race's (0, 1, 2, ...)
+DEFAULT_SEED = 1000
+#: the folder under a comparison's ``out`` that holds its tuning
+FOLDER = "tuning"
+#: what a diverged point's folder holds instead of a summary
+DIVERGED_FILE = "diverged.json"
+
+
+def check_rates(rates: Sequence[float], flag: str) -> tuple[float, ...]:
+    """``rates`` as a tuple, or ``ValueError`` in one line naming ``flag``: an empty list, a
+    rate that is not a positive finite number, a rate given twice."""
+    if not rates:
+        raise ValueError(f"{flag} needs at least one learning rate (for example {flag} 0.01 0.03)")
+    for r in rates:
+        if isinstance(r, bool) or not isinstance(r, int | float) or not 0 < r < math.inf:
+            raise ValueError(f"{flag}: {r!r} is not a learning rate; give positive finite numbers")
+    if len(set(rates)) != len(rates):
+        raise ValueError(f"{flag}: each rate may be given once")
+    return tuple(float(r) for r in rates)
+
+
+@dataclass(frozen=True)
+class LrGrid:
+    """The rates tuned over: ``lrs`` for every method, ``outer_lrs`` too for a method with local
+    steps (empty: the run's ``outer_lr`` only), on the run ``seed`` kept out of the race."""
+
+    lrs: tuple[float, ...]
+    seed: int
+    outer_lrs: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_rates(self.lrs, "--tune-lr")
+        if self.outer_lrs:
+            check_rates(self.outer_lrs, "--tune-outer-lr")
+
+    def points(self, method: methods.Method) -> list[tuple[float, float | None]]:
+        """``(lr, outer_lr)`` of each run of ``method`` (``outer_lr`` ``None``: the run's)."""
+        outer = self.outer_lrs if method.local_steps != 1 and self.outer_lrs else (None,)
+        return [(lr, o) for lr in self.lrs for o in outer]
+
+
+def folder_name(method: str, lr: float, outer_lr: float | None) -> str:
+    return f"{method}-lr{lr:g}" + ("" if outer_lr is None else f"-olr{outer_lr:g}")
+
+
+@dataclass(frozen=True)
+class LrTuning(AccuracyComparison):
+    """The tuning of ``race``'s methods over ``grid``: its runs in ``<race out>/tuning/``, on
+    the unlimited link, one seed (``grid.seed``)."""
+
+    grid: LrGrid = field(default=None)  # type: ignore[assignment]
+    title = "terngrad bench accuracy: tuning the learning rates"
+
+    @classmethod
+    def of(cls, race: AccuracyComparison, grid: LrGrid) -> LrTuning:
+        """The tuning for ``race`` (its out, methods, target and recipe), refused in one line if
+        the tuning seed is one of the race's."""
+        race_seeds = range(race.base.seed, race.base.seed + race.seeds)
+        if grid.seed in race_seeds:
+            raise ValueError(
+                f"--tune-seed {grid.seed} is one of the race's seeds ({race_seeds.start}.."
+                f"{race_seeds.stop - 1}): tune on a seed kept out of the race"
+            )
+        out = Path(race.base.out) / FOLDER
+        return cls(
+            base=race.base.replace(out=str(out)), methods=race.methods, bandwidth="unlimited",
+            target=race.target, time_limit=race.time_limit, prefix=race.prefix, seeds=1,
+            stop_at_target=race.target_metric == "accuracy", target_metric=race.target_metric,
+            grid=grid,
+        )  # fmt: skip
+
+    def plan(self) -> list[Run]:
+        """Every method at every point of the grid, on the tuning seed."""
+        super().plan()  # the target's checks
+        runs = []
+        x = self.base.exchange
+        protocol = {"quantize_last": x.quantize_last, "min_numel": x.min_numel}
+        by_accuracy = self.target_metric == "accuracy"
+        for m in methods.select(self.methods):
+            for lr, outer in self.grid.points(m):
+                base = self.base.replace(
+                    seed=self.grid.seed, lr=lr, outer_lr=self.base.outer_lr if outer is None
+                    else outer, stop_at_accuracy=self.target if by_accuracy else None,
+                    stop_at_loss=None,
+                )  # fmt: skip
+                out = str(Path(self.base.out) / folder_name(m.name, lr, outer))
+                cfg = configure(m, base, out, protocol)
+                label = f"{m.name} lr {lr:g}" + ("" if outer is None else f" outer lr {outer:g}")
+                runs.append(Run(m.name, cfg, label, {"lr": lr, "outer_lr": outer}))
+        return runs
+
+    def key(self) -> dict[str, Any]:
+        """What the tuning was made for: the model and recipe (every setting but the rates, the
+        seed, the folder and what a resumed run may change), the target, the seed."""
+        ignore = {"out", "lr", "outer_lr", "seed", *RESUMABLE_CHANGES}
+        recipe = {k: v for k, v in self.base.settings().items() if k not in ignore}
+        return {
+            "recipe": recipe,
+            "target_metric": self.target_metric,
+            # a loss target chooses by the lowest final loss: the target itself plays no part
+            "target": self.target if self.target_metric == "accuracy" else None,
+            "seed": self.grid.seed,
+        }
+
+    def check(self, runs: list[Run]) -> None:
+        """The record in the folder, if any, was made for this tuning; then every check of a
+        comparison (a finished or diverged point is read back, not checked again)."""
+        self.check_record()
+        pending = [r for r in runs if self.finished(r) is None]
+        super().check(pending)
+
+    def check_record(self) -> None:
+        """``ValueError`` in one line if the folder holds a tuning made for another model,
+        recipe, target or seed."""
+        path = Path(self.base.out) / RECORD
+        if path.exists():
+            made_for = read_json(path, "tuning record").get("key", {})
+            key = self.key()
+            changed = differences(made_for.get("recipe", {}), key["recipe"])
+            changed += differences({k: v for k, v in made_for.items() if k != "recipe"},
+                                   {k: v for k, v in key.items() if k != "recipe"})  # fmt: skip
+            if changed:
+                raise ValueError(
+                    f"{path} was made for another tuning ({'; '.join(changed[:3])}): give "
+                    f"another --out, or move {path.parent} away to tune again"
+                )
+
+    def finished(self, run: Run) -> dict[str, Any] | None:
+        """A finished point's summary, or a diverged point's record."""
+        summary = super().finished(run)
+        if summary is not None:
+            return summary
+        path = Path(run.config.out) / DIVERGED_FILE
+        if path.exists():
+            record = read_json(path, "diverged run")
+            if record.get("config") == run.config.to_dict():
+                return record
+        return None
+
+    @contextlib.contextmanager
+    def session(self, runs: list[Run], echo: Echo) -> Iterator[Train]:
+        """The comparison's testbed; a point whose training diverged is recorded as such (in
+        its folder, ``diverged.json``), and the tuning goes on."""
+        with super().session(runs, echo) as train:  # (the folder held from here)
+            record = Path(self.base.out) / RECORD
+            if not record.exists():  # what the tuning is made for, before its first run
+                atomic_write_text(record, json.dumps({"key": self.key()}, indent=2) + "\n")
+
+            def tune(r: Run) -> dict[str, Any]:
+                try:
+                    return train(r)
+                except testbed.BenchFailed:
+                    why = _diverged(Path(r.config.out))
+                    if why is None:
+                        raise
+                    record = {"diverged": why, "config": r.config.to_dict()}
+                    atomic_write_text(Path(r.config.out) / DIVERGED_FILE,
+                                      json.dumps(record, indent=2) + "\n")  # fmt: skip
+                    echo(f"   {r.label}: diverged ({why})")
+                    return record
+
+            yield tune
+
+    def describe(self, summary: dict[str, Any]) -> str:
+        if "diverged" in summary:
+            return "diverged"
+        return super().describe(summary)
+
+    def report(self, runs: list[Run], summaries: list[dict[str, Any]], out: Path) -> str:
+        tuned = summarise(self, runs, summaries)
+        atomic_write_text(out / RECORD, json.dumps(tuned, indent=2) + "\n")
+        text = markdown(tuned)
+        atomic_write_text(out / "tuning.md", text)
+        plot(tuned, out / "tuning.png")
+        return text
+
+
+def _diverged(out: Path) -> str | None:
+    """The trainer's words if a rank's log says training stopped on NaN/Inf gradients."""
+    for log in sorted(out.glob("rank*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if DIVERGED in line:
+                return line.split("TrainingFailed: ")[-1].strip()[:200]
+    return None
+
+
+def point(run: Run, summary: dict[str, Any], plan: LrTuning) -> dict[str, Any]:
+    """One tuning run as a point of its method's curve."""
+    lr, outer = run.tags["lr"], run.tags["outer_lr"]
+    if "diverged" in summary:
+        return {"lr": lr, "outer_lr": outer, "diverged": True, "reached": None,
+                "final_accuracy": None, "best_accuracy": None, "final_loss": None,
+                "steps": None}  # fmt: skip
+    row = run_row(run.method, run.config, summary, plan.target, plan.target_metric)
+    final_loss = row["final_loss"]
+    return {
+        "lr": lr,
+        "outer_lr": outer,
+        "diverged": final_loss is not None and not math.isfinite(final_loss),
+        "reached": row["reached"] if plan.target_metric == "accuracy" else None,
+        "final_accuracy": row["final_accuracy"],
+        "best_accuracy": row["best_accuracy"],
+        "final_loss": final_loss,
+        "steps": row["steps"],
+    }
+
+
+def choose(points: Sequence[Mapping[str, Any]], metric: str) -> dict[str, Any]:
+    """The best point: for ``accuracy``, the fewest steps to target (a tie: the higher final
+    accuracy, then the smaller rate), or with none reaching it the highest best accuracy; for
+    ``loss``, the lowest finite final loss (none finite: the smallest rate). Returns
+    ``{"lr", "outer_lr", "why"}``."""
+    alive = [p for p in points if not p["diverged"]]
+    if metric == "accuracy":
+        reached = [p for p in alive if p["reached"]]
+        if reached:
+            best = min(reached, key=lambda p: (p["reached"]["step"], -p["final_accuracy"],
+                                               p["lr"], p["outer_lr"] or 0))  # fmt: skip
+            why = f"target at step {best['reached']['step']}, the fewest"
+        elif alive:
+            best = max(alive, key=lambda p: (p["best_accuracy"], -p["lr"]))
+            why = (
+                "no rate reached the target; the highest best accuracy "
+                f"({best['best_accuracy']:.2%})"
+            )
+        else:
+            best, why = min(points, key=lambda p: p["lr"]), "every rate diverged; the smallest"
+    else:
+        finite = [p for p in alive if p["final_loss"] is not None]
+        if finite:
+            best = min(finite, key=lambda p: (p["final_loss"], p["lr"]))
+            why = f"final loss {best['final_loss']:.4f}, the lowest"
+        else:
+            best, why = min(points, key=lambda p: p["lr"]), "every rate diverged; the smallest"
+    return {"lr": best["lr"], "outer_lr": best["outer_lr"], "why": why}
+
+
+def summarise(plan: LrTuning, runs: list[Run], summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The record: what the tuning was made for, each method's points and its choice."""
+    by_method: dict[str, list[dict[str, Any]]] = {}
+    for r, s in zip(runs, summaries, strict=True):
+        by_method.setdefault(r.method, []).append(point(r, s, plan))
+    base = plan.base
+    return {
+        "key": plan.key(),
+        "model": base.model,
+        "dataset": base.dataset,
+        "workers": base.workers,
+        "target": plan.target if plan.target_metric == "accuracy" else None,
+        "target_metric": plan.target_metric,
+        "seed": plan.grid.seed,
+        "lrs": list(plan.grid.lrs),
+        "outer_lrs": list(plan.grid.outer_lrs),
+        "methods": {
+            name: {"points": pts, "chosen": choose(pts, plan.target_metric)}
+            for name, pts in by_method.items()
+        },
+    }
+
+
+def chosen_settings(record: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """Each method's chosen rates as settings over the race's base (``lr``, and ``outer_lr``
+    where tuned)."""
+    out: dict[str, dict[str, float]] = {}
+    for name, m in record["methods"].items():
+        c = m["chosen"]
+        out[name] = {"lr": c["lr"]} | ({} if c["outer_lr"] is None else {"outer_lr": c["outer_lr"]})
+    return out
+
+
+def tuned_loss_target(record: Mapping[str, Any], method: str, percent: float) -> float:
+    """``method``'s tuned final loss plus ``percent`` percent (``--target-loss-above-fp32``)."""
+    m = record["methods"].get(method)
+    if m is None:
+        raise ValueError(f"a target above {method}'s tuned loss needs {method} among --methods")
+    c = m["chosen"]
+    loss = next(p["final_loss"] for p in m["points"]
+                if p["lr"] == c["lr"] and p["outer_lr"] == c["outer_lr"])  # fmt: skip
+    if loss is None or not math.isfinite(loss):
+        raise ValueError(f"{method} diverged at every rate tuned: no loss to set a target from")
+    return loss * (1 + percent / 100)
+
+
+def _cell(p: Mapping[str, Any], metric: str) -> str:
+    if p["diverged"]:
+        return "diverged"
+    if metric == "loss":
+        return f"{p['final_loss']:.4f}" if p["final_loss"] is not None else "-"
+    if p["reached"]:
+        return f"{p['reached']['step']}"
+    return f"not reached ({100 * p['best_accuracy']:.1f}% best)"
+
+
+def markdown(record: Mapping[str, Any]) -> str:
+    """A row per method (and outer rate), a column per rate: steps to target (or final loss),
+    the chosen one in bold."""
+    from terngrad.train.report import markdown_table
+
+    metric = record["target_metric"]
+    lrs = record["lrs"]
+    rows = []
+    for name, m in record["methods"].items():
+        chosen = m["chosen"]
+        outers = list(dict.fromkeys(p["outer_lr"] for p in m["points"]))
+        for outer in outers:
+            cells = []
+            for lr in lrs:
+                p = next((p for p in m["points"] if p["lr"] == lr and p["outer_lr"] == outer),
+                         None)  # fmt: skip
+                text = "-" if p is None else _cell(p, metric)
+                if p is not None and (chosen["lr"], chosen["outer_lr"]) == (lr, outer):
+                    text = f"**{text}**"
+                cells.append(text)
+            label = name if outer is None else f"{name}, outer lr {outer:g}"
+            rows.append([label, *cells])
+    what = (
+        "final test loss after every step"
+        if metric == "loss"
+        else f"steps to {target_words(record['target'])} (each run stopped there)"
+    )
+    choices = "; ".join(
+        f"{name} lr {m['chosen']['lr']:g}"
+        + ("" if m["chosen"]["outer_lr"] is None else f", outer lr {m['chosen']['outer_lr']:g}")
+        + f" ({m['chosen']['why']})"
+        for name, m in record["methods"].items()
+    )
+    return (
+        f"# Learning rates tuned: {record['model']} on {record['dataset']}, {record['workers']} "
+        f"ranks, seed {record['seed']} (kept out of the race), unlimited link\n\n"
+        + markdown_table(["method", *(f"lr {lr:g}" for lr in lrs)], rows)
+        + f"\nEach cell: {what}; bold: the rate the method races at. Chosen: {choices}.\n"
+    )
+
+
+def plot(record: Mapping[str, Any], path: Path) -> list[str]:
+    """Steps to target (or final loss) against the rate, a line per method (and outer rate),
+    the chosen point circled; a point that did not reach the target or diverged is left out.
+    Returns the lines' labels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_loss = record["target_metric"] == "loss"
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    labels = []
+    for name, m in record["methods"].items():
+        chosen = m["chosen"]
+        for outer in dict.fromkeys(p["outer_lr"] for p in m["points"]):
+            pts = [p for p in m["points"] if p["outer_lr"] == outer and not p["diverged"]]
+            pts = [p for p in pts if (p["final_loss"] is not None if by_loss else p["reached"])]
+            if not pts:
+                continue
+            xs = [p["lr"] for p in pts]
+            ys = [p["final_loss"] if by_loss else p["reached"]["step"] for p in pts]
+            label = name if outer is None else f"{name}, outer lr {outer:g}"
+            (line,) = ax.plot(xs, ys, marker="o", label=label)
+            labels.append(label)
+            for x, y, p in zip(xs, ys, pts, strict=True):
+                if (p["lr"], p["outer_lr"]) == (chosen["lr"], chosen["outer_lr"]):
+                    ax.plot(x, y, "o", markersize=12, fillstyle="none", color=line.get_color())
+    ax.set_xscale("log")
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("final test loss" if by_loss else f"steps to {target_words(record['target'])}")
+    ax.grid(True, which="both", alpha=0.3)
+    if labels:
+        ax.legend(fontsize=7)
+    ax.set_title(
+        f"{record['model']} on {record['dataset']}, {record['workers']} ranks: tuning (seed "
+        f"{record['seed']}); circled: chosen",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    try:
+        atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))
+    finally:
+        plt.close(fig)
+    return labels
+
+
+def tune(tuned: LrTuning, echo: Echo, report_only: bool = False) -> tuple[dict[str, Any], str]:
+    """Train the tuning's points not yet finished (``echo``: its progress; ``report_only``:
+    none, every one must be) and write its report; returns the record (``tuning.json``) and
+    the report (Markdown)."""
+    from terngrad.train import run_folder
+
+    folder = Path(tuned.base.out)
+    tuned.check_record()
+    if report_only:
+        with run_folder.claim(folder):
+            text = comparison.report_only(tuned, folder)
+    else:
+        text = comparison.run(tuned, folder, echo=echo)
+    return read_json(folder / RECORD, "tuning record"), text
+
+
+def raced(race: AccuracyComparison, record: Mapping[str, Any]) -> AccuracyComparison:
+    """``race`` with each method at its tuned rates."""
+    return replace(race, per_method=chosen_settings(record), tuned_on=record["seed"])

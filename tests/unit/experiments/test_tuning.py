@@ -1,0 +1,172 @@
+"""``bench accuracy --tune-lr``: the tuning's runs (every method at every rate, local steps at
+every outer rate too, on a seed kept out of the race), the choice of a rate, the record that a
+resumed tuning must match, the report, and the race at the rates chosen."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from support import accuracy_base
+
+from terngrad.experiments import comparison, tuning
+from terngrad.experiments import time_to_accuracy as tta
+from terngrad.train import outputs
+
+
+def _race(tmp_path, methods=("fp32", "terngrad-local5"), target=0.9, **changes):
+    settings = {"seeds": 2, "stop_at_target": True, **changes}
+    return tta.AccuracyComparison(accuracy_base(tmp_path), methods, "25mbit", target, **settings)
+
+
+def test_every_method_at_every_rate_local_steps_at_every_outer_rate_on_the_tuning_seed(tmp_path):
+    grid = tuning.LrGrid((0.01, 0.05), seed=1000, outer_lrs=(0.5, 1.0))
+    tuned = tuning.LrTuning.of(_race(tmp_path), grid)
+    runs = tuned.plan()
+    assert [(r.method, r.tags["lr"], r.tags["outer_lr"]) for r in runs] == [
+        ("fp32", 0.01, None), ("fp32", 0.05, None),
+        ("terngrad-local5", 0.01, 0.5), ("terngrad-local5", 0.01, 1.0),
+        ("terngrad-local5", 0.05, 0.5), ("terngrad-local5", 0.05, 1.0),
+    ]  # fmt: skip
+    assert tuned.bandwidth == "unlimited" and tuned.seeds == 1
+    assert {r.config.seed for r in runs} == {1000}
+    assert [r.config.lr for r in runs] == [0.01, 0.05, 0.01, 0.01, 0.05, 0.05]
+    assert [r.config.outer_lr for r in runs[2:]] == [0.5, 1.0, 0.5, 1.0]
+    assert runs[3].config.out == str(tmp_path / "tuning" / "terngrad-local5-lr0.01-olr1")
+    assert runs[0].config.out == str(tmp_path / "tuning" / "fp32-lr0.01")
+    assert all(r.config.stop_at_accuracy == 0.9 for r in runs)  # steps to target: the measure
+    # everything but the rates is the race's recipe
+    race = _race(tmp_path).plan()
+    assert not runs[1].config.diff(race[0].config, ignore=("out", "lr", "seed"))
+    # a loss target: every step trained (the lowest final loss chooses)
+    by_loss = tuning.LrTuning.of(_race(tmp_path, target_metric="loss"), grid).plan()
+    assert all(r.config.stop_at_loss is None and r.config.stop_at_accuracy is None
+               for r in by_loss)  # fmt: skip
+    # without outer rates a local method tunes its lr alone
+    plain = tuning.LrTuning.of(_race(tmp_path), tuning.LrGrid((0.01,), seed=9)).plan()
+    assert [(r.method, r.tags["outer_lr"]) for r in plain] == [
+        ("fp32", None), ("terngrad-local5", None),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "rates, words",
+    [
+        ((), "--tune-lr needs at least one learning rate"),
+        ((0.01, -0.1), "-0.1 is not a learning rate"),
+        ((0.0,), "0.0 is not a learning rate"),
+        ((math.nan,), "nan is not a learning rate"),
+        ((math.inf,), "inf is not a learning rate"),
+        ((0.01, 0.01), "each rate may be given once"),
+    ],
+)
+def test_bad_rates_are_refused_in_one_line(rates, words):
+    with pytest.raises(ValueError, match=words):
+        tuning.LrGrid(rates, seed=1000)
+
+
+def test_the_tuning_seed_is_never_a_race_seed(tmp_path):
+    race = _race(tmp_path, seeds=3)  # seeds 0, 1, 2
+    for seed in (0, 2):
+        with pytest.raises(ValueError, match=rf"--tune-seed {seed} is one of the race's seeds"):
+            tuning.LrTuning.of(race, tuning.LrGrid((0.01,), seed=seed))
+    tuning.LrTuning.of(race, tuning.LrGrid((0.01,), seed=3))
+
+
+def _point(lr, step=None, final=0.95, best=0.96, loss=0.3, outer=None, diverged=False):
+    reached = None if step is None else {"step": step, "train_seconds": 1.0, "seconds": 1.0}
+    return {"lr": lr, "outer_lr": outer, "diverged": diverged, "reached": reached,
+            "final_accuracy": final, "best_accuracy": best, "final_loss": loss,
+            "steps": 100}  # fmt: skip
+
+
+def test_the_rate_chosen():
+    # accuracy: the fewest steps to target; a tie: the higher final accuracy, then the smaller
+    pts = [_point(0.01, 400), _point(0.03, 200, final=0.97), _point(0.05, 200, final=0.98),
+           _point(0.08, None), _point(0.12, diverged=True)]  # fmt: skip
+    assert tuning.choose(pts, "accuracy") == {
+        "lr": 0.05, "outer_lr": None, "why": "target at step 200, the fewest",
+    }  # fmt: skip
+    tie = [_point(0.05, 200, outer=1.0), _point(0.03, 200, outer=0.5)]
+    assert tuning.choose(tie, "accuracy")["lr"] == 0.03
+    # none reached: the highest best accuracy, said so
+    none = [_point(0.01, None, best=0.90), _point(0.03, None, best=0.93)]
+    chosen = tuning.choose(none, "accuracy")
+    assert chosen["lr"] == 0.03 and "no rate reached the target" in chosen["why"]
+    # a loss target: the lowest final loss of the runs that did not diverge
+    losses = [_point(1e-3, loss=1.6), _point(4e-3, loss=1.3), _point(8e-3, loss=math.nan,
+              diverged=True)]  # fmt: skip
+    assert tuning.choose(losses, "loss")["lr"] == 4e-3
+    every = [_point(0.1, diverged=True), _point(0.2, diverged=True)]
+    assert tuning.choose(every, "loss") == {
+        "lr": 0.1, "outer_lr": None, "why": "every rate diverged; the smallest",
+    }  # fmt: skip
+
+
+def _finish(cfg, accuracies, loss=0.5):
+    """A run's files as the trainer leaves them: an evaluation every 10 steps, the summary."""
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for i, acc in enumerate(accuracies, start=1):
+        outputs.append_metrics(out / outputs.METRICS, {
+            "step": 10 * i, "accuracy": acc, "loss": loss, "train_seconds": float(i),
+            "seconds": float(i),
+        })  # fmt: skip
+    summary = {"config": cfg.to_dict(), "accuracy": accuracies[-1],
+               "best_accuracy": max(accuracies), "loss": loss, "best_loss": loss,
+               "steps": 10 * len(accuracies), "train_seconds": float(len(accuracies)),
+               "wire_bytes_per_step": None, "bytes_sent_per_step": None}  # fmt: skip
+    (out / outputs.SUMMARY).write_text(json.dumps(summary))
+
+
+def test_the_record_the_report_and_the_race_at_the_rates_chosen(tmp_path):
+    race = _race(tmp_path)
+    tuned = tuning.LrTuning.of(race, tuning.LrGrid((0.01, 0.05), seed=1000))
+    runs = tuned.plan()
+    _finish(runs[0].config, [0.5, 0.91])  # fp32 0.01: step 20
+    _finish(runs[1].config, [0.92])  # fp32 0.05: step 10
+    _finish(runs[2].config, [0.5, 0.8])  # local 0.01: not reached
+    diverged = {"diverged": "stopped", "config": runs[3].config.to_dict()}
+    Path(runs[3].config.out).mkdir(parents=True)
+    (Path(runs[3].config.out) / tuning.DIVERGED_FILE).write_text(json.dumps(diverged))
+    text = comparison.report_only(tuned, Path(tuned.base.out))
+    record = json.loads((tmp_path / "tuning" / tuning.RECORD).read_text())
+    assert record["methods"]["fp32"]["chosen"]["lr"] == 0.05
+    local = record["methods"]["terngrad-local5"]
+    assert local["chosen"]["lr"] == 0.01 and "no rate reached" in local["chosen"]["why"]
+    assert local["points"][1]["diverged"]
+    assert "| fp32 | 20 | **10** |" in text
+    assert "| terngrad-local5 | **not reached (80.0% best)** | diverged |" in text
+    assert "seed 1000 (kept out of the race)" in text
+    assert (tmp_path / "tuning" / "tuning.png").stat().st_size > 10_000
+    assert tuning.plot(record, tmp_path / "again.png") == ["fp32"]  # the local: none reached
+    # the race: each method at its own rate, on the race's seeds
+    fair = tuning.raced(race, record)
+    assert [(r.method, r.config.seed, r.config.lr) for r in fair.plan()] == [
+        ("fp32", 0, 0.05), ("fp32", 1, 0.05),
+        ("terngrad-local5", 0, 0.01), ("terngrad-local5", 1, 0.01),
+    ]  # fmt: skip
+    assert fair.tuned_on == 1000
+    # a resumed tuning: the same recipe with more rates is the same tuning...
+    more = tuning.LrTuning.of(race, tuning.LrGrid((0.01, 0.05, 0.08), seed=1000))
+    more.check_record()
+    assert more.finished(more.plan()[4])["diverged"] == "stopped"  # read back, not retrained
+    # ... another recipe, target or seed is refused in one line
+    for other in (
+        tuning.LrTuning.of(_race(tmp_path, target=0.95), tuning.LrGrid((0.01,), seed=1000)),
+        tuning.LrTuning.of(race, tuning.LrGrid((0.01,), seed=1001)),
+        tuning.LrTuning.of(tta.AccuracyComparison(accuracy_base(tmp_path, momentum=0.5),
+                           race.methods, "25mbit", 0.9), tuning.LrGrid((0.01,), seed=1000)),
+    ):  # fmt: skip
+        with pytest.raises(ValueError, match=r"tuning.json was made for another tuning \("):
+            other.check_record()
+
+
+def test_a_loss_target_from_fp32s_tuned_loss():
+    record = {"methods": {"fp32": {
+        "chosen": {"lr": 4e-3, "outer_lr": None, "why": ""},
+        "points": [_point(1e-3, loss=1.44), _point(4e-3, loss=1.30)],
+    }}}  # fmt: skip
+    assert tuning.tuned_loss_target(record, "fp32", 1.0) == pytest.approx(1.313)
+    with pytest.raises(ValueError, match="needs fp16 among --methods"):
+        tuning.tuned_loss_target(record, "fp16", 1.0)
