@@ -24,6 +24,7 @@ from terngrad.cli.flags import (
     positive_float,
     positive_int,
 )
+from terngrad.cli.tuning import add_tuning_flags, tuning_from_args
 from terngrad.util.files import atomic_write_text
 from terngrad.util.settings import INT64
 
@@ -32,7 +33,6 @@ def add(sub: argparse._SubParsersAction) -> None:
     from terngrad.bench.network import DEFAULT_METHODS as NETWORK_METHODS
     from terngrad.bench.testbed import BANDWIDTHS
     from terngrad.comm import Options, methods
-    from terngrad.experiments import tuning
     from terngrad.experiments.time_to_accuracy import DEFAULT_METHODS as ACCURACY_METHODS
     from terngrad.train import models
     from terngrad.train.config import TrainConfig
@@ -190,26 +190,7 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="with --tune-lr: the target is the test loss fp32 ended at, at its tuned rate, "
         "plus PERCENT percent (the GPT race: 1)",
     )  # fmt: skip
-    t = b.add_argument_group(
-        "tuning (a fair race: every method at its own best learning rate)",
-        "Each method first trains on the tuning seed at every rate given, on an unlimited link "
-        "(into --out/tuning; finished points are read back), and races at the rate that "
-        "reached the target in the fewest steps (a loss target: the lowest final loss).",
-    )
-    t.add_argument("--tune-lr", type=positive_float, nargs="+", metavar="LR",
-                   help="the learning rates to tune every method over")  # fmt: skip
-    t.add_argument(
-        "--tune-outer-lr", type=positive_float, nargs="+", metavar="LR",
-        help="with --tune-lr: the outer learning rates to tune methods with local steps over "
-        "too (their grid: every pair; default: --outer-lr alone)",
-    )  # fmt: skip
-    t.add_argument(
-        "--tune-seed", type=in_range(INT64), metavar="SEED",
-        help=f"with --tune-lr: the seed of the tuning runs, never one of the race's "
-        f"({tuning.DEFAULT_SEED})",
-    )  # fmt: skip
-    t.add_argument("--tune-only", action="store_true",
-                   help="with --tune-lr: tune and report the rates; race nothing")  # fmt: skip
+    add_tuning_flags(b, "race")
     g.add_argument("--seeds", type=positive_int, default=1,
                    help="seeds of every method: --seed, --seed + 1, ... (1)")  # fmt: skip
     g.add_argument(
@@ -352,7 +333,10 @@ def accuracy(args: argparse.Namespace) -> int:
         target_metric="loss" if by_loss else "accuracy",
     )  # fmt: skip
     out = Path(args.out)
-    tuned = _tuning(args, plan)
+    if args.target_loss_above_fp32 is not None and "fp32" not in args.methods:
+        raise ValueError("--target-loss-above-fp32 sets the target from fp32's tuning: give "
+                         "fp32 among --methods")  # fmt: skip
+    tuned = tuning_from_args(args, plan, above_fp32=args.target_loss_above_fp32)
     echo = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
 
     def train(one) -> None:
@@ -375,7 +359,7 @@ def accuracy(args: argparse.Namespace) -> int:
     if tuned is not None:
         record, text = tuning_.tune(tuned, echo, args.report_only)
         print(text)
-        folder = Path(tuned.base.out)
+        folder = tuned.out
         print(f"Written: {folder}/tuning.json, {folder}/tuning.md, {folder}/tuning.png")
         if args.tune_only:
             return 0
@@ -390,27 +374,3 @@ def accuracy(args: argparse.Namespace) -> int:
     print(sweep.run(plans, train, out))
     print(f"Written: {out}/sweep.json, {out}/sweep.md, {out}/sweep.png")
     return 0
-
-
-def _tuning(args: argparse.Namespace, plan):
-    """The tuning ``--tune-lr`` asks for before ``plan`` races, or ``None``; ``ValueError`` for
-    a tuning flag given without it."""
-    from terngrad.experiments import tuning
-
-    if not args.tune_lr:
-        tuning_flags = {
-            "--tune-outer-lr": args.tune_outer_lr,
-            "--tune-seed": args.tune_seed is not None,
-            "--tune-only": args.tune_only,
-            "--target-loss-above-fp32": args.target_loss_above_fp32,
-        }
-        for flag, given_ in tuning_flags.items():
-            if given_:
-                raise ValueError(f"{flag} is a setting of the tuning: give --tune-lr too")
-        return None
-    if args.target_loss_above_fp32 is not None and "fp32" not in args.methods:
-        raise ValueError("--target-loss-above-fp32 sets the target from fp32's tuning: give "
-                         "fp32 among --methods")  # fmt: skip
-    seed = tuning.DEFAULT_SEED if args.tune_seed is None else args.tune_seed
-    grid = tuning.LrGrid(tuple(args.tune_lr), seed, tuple(args.tune_outer_lr or ()))
-    return tuning.LrTuning.of(plan, grid)

@@ -16,6 +16,7 @@ from terngrad.cli.flags import (
     one_or_list,
     positive_int,
 )
+from terngrad.cli.tuning import add_tuning_flags, tuning_from_args
 
 #: each paper experiment's steps and worker counts (a run per count) unless told
 PAPER = {
@@ -101,6 +102,7 @@ def add(sub: argparse._SubParsersAction) -> None:
         defaults={"full_precision_steps": Described(
             "a fifth of --steps; of the -warmup methods, the others none")},
     )  # fmt: skip
+    add_tuning_flags(e, "comparison")
     e.set_defaults(func=transformer)
 
 
@@ -142,7 +144,7 @@ def orq(args: argparse.Namespace) -> int:
 
 
 def transformer(args: argparse.Namespace) -> int:
-    from terngrad.experiments import comparison
+    from terngrad.experiments import comparison, tuning
     from terngrad.experiments import gpt as tf
 
     out = args.out or "runs/reproduce-transformer"
@@ -152,6 +154,14 @@ def transformer(args: argparse.Namespace) -> int:
     experiment = tf.TransformerComparison(
         base, tuple(args.methods), args.seeds, args.full_precision_steps
     )
+    tuned = tuning_from_args(args, experiment)
+    if tuned is not None:  # each method at its own rate (the lowest final loss on the seed)
+        record, text = tuning.tune(tuned, print)
+        print(text)
+        print(f"Written: {tuned.out}/tuning.json, {tuned.out}/tuning.md, {tuned.out}/tuning.png")
+        if args.tune_only:
+            return 0
+        experiment = tuning.raced(experiment, record)
     print(comparison.run(experiment, Path(out)))
     print(f"Written: {out}/results.json, {out}/results.md, {out}/curves.png, {out}/tradeoff.png")
     return 0

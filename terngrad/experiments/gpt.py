@@ -41,14 +41,15 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from terngrad.comm import methods
 from terngrad.experiments import comparison
 from terngrad.experiments.comparison import Comparison, Run, spread
+from terngrad.experiments.time_to_accuracy_report import rate_words
 from terngrad.train import models
 from terngrad.train.config import TrainConfig
 from terngrad.train.configure import configure
@@ -105,7 +106,25 @@ class TransformerComparison(Comparison):
     methods: Sequence[str] = DEFAULT_METHODS
     seeds: int = 1
     full_precision_steps: int | None = None
+    #: settings over ``base`` by method name (tuned: each method's ``lr``, ``outer_lr``)
+    per_method: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
+    #: the seed the rates were tuned on (:mod:`terngrad.experiments.tuning`)
+    tuned_on: int | None = None
     title = "terngrad reproduce transformer"
+    #: a learning rate's tuning chooses the lowest final validation loss
+    target_metric = "loss"
+    target = None
+
+    def for_tuning(self, seed: int, out: str) -> TransformerComparison:
+        """One run a method on ``seed`` into ``out``."""
+        base = self.base.replace(out=out, seed=seed)
+        return replace(self, base=base, seeds=1, per_method={}, tuned_on=None)
+
+    def at_rates(
+        self, per_method: Mapping[str, Mapping[str, Any]], seed: int
+    ) -> TransformerComparison:
+        """The comparison with each method's tuned settings (tuned on ``seed``)."""
+        return replace(self, per_method=per_method, tuned_on=seed)
 
     def plan(self) -> list[Run]:
         chosen = methods.select(self.methods, (*DEFAULT_METHODS, *LOCAL_METHODS))
@@ -120,15 +139,17 @@ class TransformerComparison(Comparison):
                 f"got {k}"
             )
         runs = []
+        first = self.base.seed
         for method in chosen:
-            for seed in range(self.seeds):
+            for seed in range(first, first + self.seeds):
                 out = str(Path(self.base.out) / f"{method.name}-s{seed}")
-                cfg = configure(method, self.base.replace(seed=seed), out, None, k)
+                base = self.base.replace(seed=seed, **self.per_method.get(method.name, {}))
+                cfg = configure(method, base, out, None, k)
                 runs.append(Run(method.name, cfg, f"{method.name} seed {seed}", {"seed": seed}))
         return runs
 
     def report(self, runs: list[Run], summaries: list[dict[str, Any]], out: Path) -> str:
-        return write_results(runs, summaries, out)
+        return write_results(runs, summaries, out, self.tuned_on)
 
 
 def _record(r: Run, summary: dict[str, Any]) -> dict[str, Any]:
@@ -140,12 +161,16 @@ def _record(r: Run, summary: dict[str, Any]) -> dict[str, Any]:
         "bytes_per_step": comparison.bytes_per_step(cfg, summary),
         "seconds": summary.get("seconds"), "folder": cfg.out,
         "curve": comparison.curve(cfg, "bits_per_char"),
+        "lr": cfg.lr, "outer_lr": cfg.outer_lr if cfg.local_steps != 1 else None,
     }  # fmt: skip
 
 
-def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -> str:
-    """``results.json``, ``results.md``, ``curves.png`` and ``tradeoff.png`` in ``out``;
-    returns the Markdown."""
+def write_results(
+    runs: list[Run], summaries: list[dict[str, Any]], out: Path, tuned_on: int | None = None
+) -> str:
+    """``results.json``, ``results.md``, ``curves.png`` and ``tradeoff.png`` in ``out``; with
+    ``tuned_on`` (each method at its own rate) the table gives each method's rates. Returns the
+    Markdown."""
     from terngrad.train.report import (
         markdown_table,
         mean_curve,
@@ -170,22 +195,31 @@ def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -
         goal = (gap is not None and fewer is not None and gap <= 100 * LOSS_GAP
                 and fewer >= BYTES_FACTOR)  # fmt: skip
         rows.append([
-            method, str(len(recs)), spread([r["loss"] for r in recs], 4),
+            method, *([rate_words(recs[0])] if tuned_on is not None else []), str(len(recs)),
+            spread([r["loss"] for r in recs], 4),
             spread([r["best_loss"] for r in recs], 4),
             spread([r["bits_per_char"] for r in recs], 3),
             "—" if gap is None else f"{gap:+.2f}%", f"{sent:,.0f}",
             "—" if fewer is None else f"{fewer:.1f}x", "yes" if goal else "no",
         ])  # fmt: skip
     table = markdown_table(
-        ["method", "seeds", "final val loss", "best", "bits/char", "vs fp32", "bytes / step / rank",
-         "fewer bytes", f"within {100 * LOSS_GAP:.0f}%, ≥{BYTES_FACTOR:.0f}x"],
+        ["method", *(["lr (outer lr)"] if tuned_on is not None else []), "seeds",
+         "final val loss", "best", "bits/char", "vs fp32", "bytes / step / rank", "fewer bytes",
+         f"within {100 * LOSS_GAP:.0f}%, ≥{BYTES_FACTOR:.0f}x"],
         rows,
     )  # fmt: skip
     k = max((r.config.exchange.full_precision_steps for r in runs), default=0)
     text = (
         f"# TernGrad on a transformer: {base.model} on {base.dataset}, {base.workers} workers, "
         f"{base.steps} steps\n\n{table}\n"
-        f"Settings: AdamW, lr {base.lr} (warm-up from lr/10 over {base.warmup_steps} steps, "
+        "Settings: AdamW, "
+        + (
+            f"each method at its own lr (the column lr), tuned on seed {tuned_on}, kept out of "
+            "the comparison (tuning/tuning.md)"
+            if tuned_on is not None
+            else f"lr {base.lr}"
+        )
+        + f" (warm-up from lr/10 over {base.warmup_steps} steps, "
         f"cosine to lr/10), weight decay {base.weight_decay} on matrices and embeddings, "
         f"{base.worker_batch} windows of {models.default_input_shape(base.model)[0]} characters "
         f"per worker; the -warmup0.2 methods average in full precision for their "
@@ -196,7 +230,7 @@ def write_results(runs: list[Run], summaries: list[dict[str, Any]], out: Path) -
     )
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "results.md", text)
-    result = {"settings": base.to_dict(), "runs": records}
+    result = {"settings": base.to_dict(), "tuned_on": tuned_on, "runs": records}
     atomic_write_text(out / "results.json", json.dumps(result, indent=2) + "\n")
     lines = {m: mean_curve([r["curve"] for r in recs]) for m, recs in by_method.items()}
     write_step_plot(

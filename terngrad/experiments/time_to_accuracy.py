@@ -33,7 +33,7 @@ import contextlib
 import json
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +101,22 @@ class AccuracyComparison(Comparison):
                 label = f"{m.name} ({m.label})" + (f" seed {seed}" if self.seeds > 1 else "")
                 runs.append(Run(m.name, cfg, label, {"seed": seed}))
         return runs
+
+    def for_tuning(self, seed: int, out: str) -> AccuracyComparison:
+        """This comparison as a learning rate's tuning (:mod:`terngrad.experiments.tuning`):
+        one run a method on ``seed`` into ``out``, unlimited links, an accuracy target's runs
+        stopped there and a loss target's trained to the end (the lowest final loss chooses)."""
+        return replace(
+            self, base=self.base.replace(out=out, seed=seed), bandwidth="unlimited", seeds=1,
+            stop_at_target=self.target_metric == "accuracy", predict_with=None, per_method={},
+            tuned_on=None,
+        )  # fmt: skip
+
+    def at_rates(
+        self, per_method: Mapping[str, Mapping[str, Any]], seed: int
+    ) -> AccuracyComparison:
+        """The race with each method's tuned settings (tuned on ``seed``)."""
+        return replace(self, per_method=per_method, tuned_on=seed)
 
     def check(self, runs: list[Run]) -> None:
         """Every check that needs nothing built: methods, target, rate, ranks, root, data, the

@@ -29,18 +29,16 @@ import contextlib
 import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from terngrad.bench import testbed
 from terngrad.comm import methods
 from terngrad.experiments import comparison
-from terngrad.experiments.comparison import Echo, Run, Train
-from terngrad.experiments.time_to_accuracy import AccuracyComparison
-from terngrad.experiments.time_to_accuracy_report import run_row, target_words
-from terngrad.train.config import RESUMABLE_CHANGES
-from terngrad.train.configure import configure
+from terngrad.experiments.comparison import Comparison, Echo, Run, Train
+from terngrad.experiments.time_to_accuracy_report import target_words, time_to_target
+from terngrad.train import outputs
+from terngrad.train.config import RESUMABLE_CHANGES, TrainConfig
 from terngrad.train.loop import DIVERGED
 from terngrad.util.differences import differences
 from terngrad.util.files import atomic_write, atomic_write_text, read_json
@@ -91,76 +89,96 @@ def folder_name(method: str, lr: float, outer_lr: float | None) -> str:
     return f"{method}-lr{lr:g}" + ("" if outer_lr is None else f"-olr{outer_lr:g}")
 
 
-@dataclass(frozen=True)
-class LrTuning(AccuracyComparison):
-    """The tuning of ``race``'s methods over ``grid``: its runs in ``<race out>/tuning/``, on
-    the unlimited link, one seed (``grid.seed``)."""
+class Tunable(Protocol):
+    """A comparison whose methods can be tuned (:class:`AccuracyComparison`, the transformer's):
+    its recipe, its race seeds (``base.seed`` and on), what it races to, and the two shapes it
+    takes: the tuning's (:meth:`for_tuning`) and the race's at each method's rates
+    (:meth:`at_rates`)."""
 
-    grid: LrGrid = field(default=None)  # type: ignore[assignment]
-    title = "terngrad bench accuracy: tuning the learning rates"
+    base: TrainConfig
+    seeds: int
+
+    @property
+    def target_metric(self) -> str: ...  # "accuracy" (steps to target) or "loss" (final loss)
+
+    @property
+    def target(self) -> float | None: ...
+
+    def for_tuning(self, seed: int, out: str) -> Comparison:
+        """The same comparison, one run a method on ``seed`` into ``out``, every step trained
+        (an accuracy target: each run stopped there), on an unlimited link."""
+
+    def at_rates(self, per_method: Mapping[str, Mapping[str, float]], seed: int) -> Comparison:
+        """The race with each method's settings of ``per_method``, tuned on ``seed``."""
+
+
+@dataclass(frozen=True)
+class LrTuning(Comparison):
+    """The tuning of a race (:meth:`of`): each run of ``inner`` (the race as a tuning: one seed,
+    into ``<race out>/tuning``) at every point of ``grid``; a point whose training diverged is
+    recorded and the tuning goes on."""
+
+    inner: Comparison
+    grid: LrGrid
+    #: what chooses a rate: ``"accuracy"`` (steps to ``target``) or ``"loss"`` (final loss)
+    target_metric: str
+    target: float | None = None
+    title = "tuning the learning rates"
 
     @classmethod
-    def of(cls, race: AccuracyComparison, grid: LrGrid) -> LrTuning:
+    def of(cls, race: Tunable, grid: LrGrid) -> LrTuning:
         """The tuning for ``race`` (its out, methods, target and recipe), refused in one line if
         the tuning seed is one of the race's."""
         race_seeds = range(race.base.seed, race.base.seed + race.seeds)
         if grid.seed in race_seeds:
             raise ValueError(
-                f"--tune-seed {grid.seed} is one of the race's seeds ({race_seeds.start}.."
+                f"--tune-seed {grid.seed} is one of the seeds compared ({race_seeds.start}.."
                 f"{race_seeds.stop - 1}): tune on a seed kept out of the race"
             )
-        out = Path(race.base.out) / FOLDER
-        return cls(
-            base=race.base.replace(out=str(out)), methods=race.methods, bandwidth="unlimited",
-            target=race.target, time_limit=race.time_limit, prefix=race.prefix, seeds=1,
-            stop_at_target=race.target_metric == "accuracy", target_metric=race.target_metric,
-            grid=grid,
-        )  # fmt: skip
+        metric = race.target_metric
+        inner = race.for_tuning(grid.seed, str(Path(race.base.out) / FOLDER))
+        return cls(inner, grid, metric, race.target if metric == "accuracy" else None)
+
+    @property
+    def out(self) -> Path:
+        return Path(self.inner.base.out)  # type: ignore[attr-defined]
 
     def plan(self) -> list[Run]:
         """Every method at every point of the grid, on the tuning seed."""
-        super().plan()  # the target's checks
         runs = []
-        x = self.base.exchange
-        protocol = {"quantize_last": x.quantize_last, "min_numel": x.min_numel}
-        by_accuracy = self.target_metric == "accuracy"
-        for m in methods.select(self.methods):
-            for lr, outer in self.grid.points(m):
-                base = self.base.replace(
-                    seed=self.grid.seed, lr=lr, outer_lr=self.base.outer_lr if outer is None
-                    else outer, stop_at_accuracy=self.target if by_accuracy else None,
-                    stop_at_loss=None,
+        for r in self.inner.plan():
+            for lr, outer in self.grid.points(methods.get(r.method)):
+                cfg = r.config.replace(
+                    lr=lr, outer_lr=r.config.outer_lr if outer is None else outer,
+                    out=str(self.out / folder_name(r.method, lr, outer)),
                 )  # fmt: skip
-                out = str(Path(self.base.out) / folder_name(m.name, lr, outer))
-                cfg = configure(m, base, out, protocol)
-                label = f"{m.name} lr {lr:g}" + ("" if outer is None else f" outer lr {outer:g}")
-                runs.append(Run(m.name, cfg, label, {"lr": lr, "outer_lr": outer}))
+                label = f"{r.method} lr {lr:g}" + ("" if outer is None else f" outer lr {outer:g}")
+                runs.append(Run(r.method, cfg, label, {"lr": lr, "outer_lr": outer}))
         return runs
 
     def key(self) -> dict[str, Any]:
         """What the tuning was made for: the model and recipe (every setting but the rates, the
         seed, the folder and what a resumed run may change), the target, the seed."""
         ignore = {"out", "lr", "outer_lr", "seed", *RESUMABLE_CHANGES}
-        recipe = {k: v for k, v in self.base.settings().items() if k not in ignore}
+        settings = self.inner.base.settings()  # type: ignore[attr-defined]
         return {
-            "recipe": recipe,
+            "recipe": {k: v for k, v in settings.items() if k not in ignore},
             "target_metric": self.target_metric,
             # a loss target chooses by the lowest final loss: the target itself plays no part
-            "target": self.target if self.target_metric == "accuracy" else None,
+            "target": self.target,
             "seed": self.grid.seed,
         }
 
     def check(self, runs: list[Run]) -> None:
-        """The record in the folder, if any, was made for this tuning; then every check of a
-        comparison (a finished or diverged point is read back, not checked again)."""
+        """The record in the folder, if any, was made for this tuning; then the race's checks
+        of every point not yet finished."""
         self.check_record()
-        pending = [r for r in runs if self.finished(r) is None]
-        super().check(pending)
+        self.inner.check([r for r in runs if self.finished(r) is None])
 
     def check_record(self) -> None:
         """``ValueError`` in one line if the folder holds a tuning made for another model,
         recipe, target or seed."""
-        path = Path(self.base.out) / RECORD
+        path = self.out / RECORD
         if path.exists():
             made_for = read_json(path, "tuning record").get("key", {})
             key = self.key()
@@ -175,7 +193,7 @@ class LrTuning(AccuracyComparison):
 
     def finished(self, run: Run) -> dict[str, Any] | None:
         """A finished point's summary, or a diverged point's record."""
-        summary = super().finished(run)
+        summary = self.inner.finished(run)
         if summary is not None:
             return summary
         path = Path(run.config.out) / DIVERGED_FILE
@@ -187,32 +205,32 @@ class LrTuning(AccuracyComparison):
 
     @contextlib.contextmanager
     def session(self, runs: list[Run], echo: Echo) -> Iterator[Train]:
-        """The comparison's testbed; a point whose training diverged is recorded as such (in
-        its folder, ``diverged.json``), and the tuning goes on."""
-        with super().session(runs, echo) as train:  # (the folder held from here)
-            record = Path(self.base.out) / RECORD
+        """The race's own session (the testbed, or plain launches); a point whose training
+        diverged is recorded as such (in its folder, ``diverged.json``)."""
+        with self.inner.session(runs, echo) as train:  # (the folder held from here)
+            record = self.out / RECORD
             if not record.exists():  # what the tuning is made for, before its first run
                 atomic_write_text(record, json.dumps({"key": self.key()}, indent=2) + "\n")
 
             def tune(r: Run) -> dict[str, Any]:
                 try:
                     return train(r)
-                except testbed.BenchFailed:
-                    why = _diverged(Path(r.config.out))
+                except Exception as exc:  # re-raised unless the trainer says it diverged
+                    why = _diverged(Path(r.config.out), str(exc))
                     if why is None:
                         raise
-                    record = {"diverged": why, "config": r.config.to_dict()}
+                    diverged = {"diverged": why, "config": r.config.to_dict()}
                     atomic_write_text(Path(r.config.out) / DIVERGED_FILE,
-                                      json.dumps(record, indent=2) + "\n")  # fmt: skip
+                                      json.dumps(diverged, indent=2) + "\n")  # fmt: skip
                     echo(f"   {r.label}: diverged ({why})")
-                    return record
+                    return diverged
 
             yield tune
 
     def describe(self, summary: dict[str, Any]) -> str:
         if "diverged" in summary:
             return "diverged"
-        return super().describe(summary)
+        return self.inner.describe(summary)
 
     def report(self, runs: list[Run], summaries: list[dict[str, Any]], out: Path) -> str:
         tuned = summarise(self, runs, summaries)
@@ -223,10 +241,12 @@ class LrTuning(AccuracyComparison):
         return text
 
 
-def _diverged(out: Path) -> str | None:
-    """The trainer's words if a rank's log says training stopped on NaN/Inf gradients."""
-    for log in sorted(out.glob("rank*.log")):
-        for line in log.read_text(errors="replace").splitlines():
+def _diverged(out: Path, error: str) -> str | None:
+    """The trainer's words if the error or a rank's log says training stopped on NaN/Inf
+    gradients, else ``None``."""
+    texts = [error, *(log.read_text(errors="replace") for log in sorted(out.glob("rank*.log")))]
+    for text in texts:
+        for line in text.splitlines():
             if DIVERGED in line:
                 return line.split("TrainingFailed: ")[-1].strip()[:200]
     return None
@@ -239,17 +259,20 @@ def point(run: Run, summary: dict[str, Any], plan: LrTuning) -> dict[str, Any]:
         return {"lr": lr, "outer_lr": outer, "diverged": True, "reached": None,
                 "final_accuracy": None, "best_accuracy": None, "final_loss": None,
                 "steps": None}  # fmt: skip
-    row = run_row(run.method, run.config, summary, plan.target, plan.target_metric)
-    final_loss = row["final_loss"]
+    reached = None
+    if plan.target_metric == "accuracy":
+        curve = outputs.read_metrics(Path(run.config.out) / outputs.METRICS)
+        reached = time_to_target(curve, plan.target, "accuracy")
+    final_loss = summary.get("loss")
     return {
         "lr": lr,
         "outer_lr": outer,
         "diverged": final_loss is not None and not math.isfinite(final_loss),
-        "reached": row["reached"] if plan.target_metric == "accuracy" else None,
-        "final_accuracy": row["final_accuracy"],
-        "best_accuracy": row["best_accuracy"],
+        "reached": reached,
+        "final_accuracy": summary.get("accuracy"),
+        "best_accuracy": summary.get("best_accuracy"),
         "final_loss": final_loss,
-        "steps": row["steps"],
+        "steps": summary["steps"],
     }
 
 
@@ -288,13 +311,13 @@ def summarise(plan: LrTuning, runs: list[Run], summaries: list[dict[str, Any]]) 
     by_method: dict[str, list[dict[str, Any]]] = {}
     for r, s in zip(runs, summaries, strict=True):
         by_method.setdefault(r.method, []).append(point(r, s, plan))
-    base = plan.base
+    base = plan.inner.base  # type: ignore[attr-defined]
     return {
         "key": plan.key(),
         "model": base.model,
         "dataset": base.dataset,
         "workers": base.workers,
-        "target": plan.target if plan.target_metric == "accuracy" else None,
+        "target": plan.target,
         "target_metric": plan.target_metric,
         "seed": plan.grid.seed,
         "lrs": list(plan.grid.lrs),
@@ -432,7 +455,7 @@ def tune(tuned: LrTuning, echo: Echo, report_only: bool = False) -> tuple[dict[s
     the report (Markdown)."""
     from terngrad.train import run_folder
 
-    folder = Path(tuned.base.out)
+    folder = tuned.out
     tuned.check_record()
     if report_only:
         with run_folder.claim(folder):
@@ -442,6 +465,6 @@ def tune(tuned: LrTuning, echo: Echo, report_only: bool = False) -> tuple[dict[s
     return read_json(folder / RECORD, "tuning record"), text
 
 
-def raced(race: AccuracyComparison, record: Mapping[str, Any]) -> AccuracyComparison:
+def raced(race: Tunable, record: Mapping[str, Any]) -> Comparison:
     """``race`` with each method at its tuned rates."""
-    return replace(race, per_method=chosen_settings(record), tuned_on=record["seed"])
+    return race.at_rates(chosen_settings(record), record["seed"])

@@ -162,6 +162,12 @@ def test_model_scale_refuses_infinite_speeds(capsys):
         (["reproduce", "transformer", "--no-algorithm2"], "unrecognized arguments"),
         (["reproduce", "transformer", "--model", "lenet"], "invalid choice: 'lenet'"),
         (["reproduce", "orq", "--methods", "orq-5", "orq-5"], "methods given twice: orq-5"),
+        (["reproduce", "transformer", "--tune-only"], "--tune-only is a setting of the tuning"),
+        (
+            ["reproduce", "transformer", "--tune-lr", "1e-3", "--seeds", "2", "--tune-seed", "1"],
+            "--tune-seed 1 is one of the seeds compared (0..1)",
+        ),
+        (["reproduce", "transformer", "--tune-lr", "0"], "expected a positive finite number"),
     ],
 )
 def test_bad_reproductions_are_one_line(capsys, argv, message):
@@ -218,7 +224,7 @@ def _refused_by_bench_accuracy(capsys, argv, monkeypatch, tmp_path) -> str:
         (["--target", "90", "--tune-lr", "0.01", "--tune-outer-lr", "0"], "positive finite"),
         (
             ["--target", "90", "--tune-lr", "0.01", "--seeds", "3", "--tune-seed", "2"],
-            "--tune-seed 2 is one of the race's seeds (0..2)",
+            "--tune-seed 2 is one of the seeds compared (0..2)",
         ),
         (["--target", "90", "--tune-seed", "7"], "--tune-seed is a setting of the tuning"),
         (

@@ -28,7 +28,7 @@ def test_every_method_at_every_rate_local_steps_at_every_outer_rate_on_the_tunin
         ("terngrad-local5", 0.01, 0.5), ("terngrad-local5", 0.01, 1.0),
         ("terngrad-local5", 0.05, 0.5), ("terngrad-local5", 0.05, 1.0),
     ]  # fmt: skip
-    assert tuned.bandwidth == "unlimited" and tuned.seeds == 1
+    assert tuned.inner.bandwidth == "unlimited" and tuned.inner.seeds == 1
     assert {r.config.seed for r in runs} == {1000}
     assert [r.config.lr for r in runs] == [0.01, 0.05, 0.01, 0.01, 0.05, 0.05]
     assert [r.config.outer_lr for r in runs[2:]] == [0.5, 1.0, 0.5, 1.0]
@@ -68,7 +68,7 @@ def test_bad_rates_are_refused_in_one_line(rates, words):
 def test_the_tuning_seed_is_never_a_race_seed(tmp_path):
     race = _race(tmp_path, seeds=3)  # seeds 0, 1, 2
     for seed in (0, 2):
-        with pytest.raises(ValueError, match=rf"--tune-seed {seed} is one of the race's seeds"):
+        with pytest.raises(ValueError, match=rf"--tune-seed {seed} is one of the seeds compared"):
             tuning.LrTuning.of(race, tuning.LrGrid((0.01,), seed=seed))
     tuning.LrTuning.of(race, tuning.LrGrid((0.01,), seed=3))
 
@@ -129,7 +129,7 @@ def test_the_record_the_report_and_the_race_at_the_rates_chosen(tmp_path):
     diverged = {"diverged": "stopped", "config": runs[3].config.to_dict()}
     Path(runs[3].config.out).mkdir(parents=True)
     (Path(runs[3].config.out) / tuning.DIVERGED_FILE).write_text(json.dumps(diverged))
-    text = comparison.report_only(tuned, Path(tuned.base.out))
+    text = comparison.report_only(tuned, tuned.out)
     record = json.loads((tmp_path / "tuning" / tuning.RECORD).read_text())
     assert record["methods"]["fp32"]["chosen"]["lr"] == 0.05
     local = record["methods"]["terngrad-local5"]
@@ -170,3 +170,32 @@ def test_a_loss_target_from_fp32s_tuned_loss():
     assert tuning.tuned_loss_target(record, "fp32", 1.0) == pytest.approx(1.313)
     with pytest.raises(ValueError, match="needs fp16 among --methods"):
         tuning.tuned_loss_target(record, "fp16", 1.0)
+
+
+def test_the_transformer_comparison_tunes_by_the_final_loss_and_compares_at_its_rates(tmp_path):
+    """``reproduce transformer --tune-lr``: every step trained on the tuning seed, then the
+    comparison's seeds at each method's rate."""
+    from terngrad.experiments import gpt
+
+    base = gpt.protocol(str(tmp_path), steps=50, eval_every=25, model="gpt-small")
+    experiment = gpt.TransformerComparison(base, ("fp32", "terngrad-local25"), seeds=2)
+    tuned = tuning.LrTuning.of(experiment, tuning.LrGrid((1e-3, 4e-3), seed=7, outer_lrs=(0.5,)))
+    runs = tuned.plan()
+    assert [(r.method, r.config.lr, r.config.outer_lr, r.config.seed) for r in runs] == [
+        ("fp32", 1e-3, 0.7, 7), ("fp32", 4e-3, 0.7, 7),
+        ("terngrad-local25", 1e-3, 0.5, 7), ("terngrad-local25", 4e-3, 0.5, 7),
+    ]  # fmt: skip
+    assert tuned.target_metric == "loss" and tuned.target is None
+    assert all(r.config.stop_at_loss is None for r in runs)
+    assert runs[1].config.out == str(tmp_path / "tuning" / "fp32-lr0.004")
+    record = {"seed": 7, "methods": {
+        "fp32": {"chosen": {"lr": 4e-3, "outer_lr": None}},
+        "terngrad-local25": {"chosen": {"lr": 1e-3, "outer_lr": 0.5}},
+    }}  # fmt: skip
+    fair = tuning.raced(experiment, record)
+    assert [(r.method, r.config.seed, r.config.lr, r.config.outer_lr) for r in fair.plan()] == [
+        ("fp32", 0, 4e-3, 0.7), ("fp32", 1, 4e-3, 0.7),
+        ("terngrad-local25", 0, 1e-3, 0.5), ("terngrad-local25", 1, 1e-3, 0.5),
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="--tune-seed 1 is one of the seeds compared"):
+        tuning.LrTuning.of(experiment, tuning.LrGrid((1e-3,), seed=1))
