@@ -175,7 +175,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     g.add_argument(
         "--bandwidths", nargs="+", metavar="RATE",
-        help="a sweep: each rate's comparison into --out/RATE, then sweep.md",
+        help="a sweep: each rate's comparison into --out/RATE, then sweep.md (one rate: a "
+        "link of a sweep run a call a link, its tuning shared in --out/tuning)",
     )  # fmt: skip
     add_methods(g, list(ACCURACY_METHODS), methods.METHODS)
     target = g.add_mutually_exclusive_group(required=True)
@@ -352,7 +353,8 @@ def accuracy(args: argparse.Namespace) -> int:
         print(f"Written: {folder}/results.json, {folder}/results.md, "
               f"{folder}/time-to-accuracy.png")  # fmt: skip
 
-    plans = sweep.comparisons(plan, rates) if len(rates) > 1 else [plan]
+    swept = args.bandwidths is not None  # a sweep, even of one rate: --out/RATE each
+    plans = sweep.comparisons(plan, rates) if swept else [plan]
     for one in plans:  # every bandwidth's bad input fails before anything trains
         one.plan()
         testbed.rate_bits(one.bandwidth)
@@ -368,7 +370,7 @@ def accuracy(args: argparse.Namespace) -> int:
             print(f"target: fp32's tuned loss + {above_fp32:g}% = {loss:.4f}")
             plans = [replace(one, target=loss) for one in plans]
         plans = [tuning_.raced(one, record) for one in plans]
-    if len(plans) == 1:
+    if not swept:
         train(plans[0])
         return 0
     print(sweep.run(plans, train, out))
