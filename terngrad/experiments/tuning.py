@@ -192,14 +192,16 @@ class LrTuning(Comparison):
                 )
 
     def finished(self, run: Run) -> dict[str, Any] | None:
-        """A finished point's summary, or a diverged point's record."""
+        """A finished point's summary, or a diverged point's record (made with these settings,
+        up to what a resumed run may change: its folder, say)."""
         summary = self.inner.finished(run)
         if summary is not None:
             return summary
         path = Path(run.config.out) / DIVERGED_FILE
         if path.exists():
             record = read_json(path, "diverged run")
-            if record.get("config") == run.config.to_dict():
+            made = TrainConfig.from_dict(record["config"])
+            if not run.config.diff(made, ignore=RESUMABLE_CHANGES):
                 return record
         return None
 
