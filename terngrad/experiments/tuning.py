@@ -1,4 +1,5 @@
-"""Every method at its own best learning rate: ``terngrad bench accuracy --tune-lr``.
+"""Every method at its own best learning rate: ``--tune-lr`` of ``terngrad bench accuracy`` and
+``terngrad reproduce transformer``.
 
 A race of methods at one shared learning rate measures the rate as much as the methods: at
 LeNet's protocol rate (0.01) local steps reached 98% in half of fp32's steps, and at each
@@ -308,6 +309,17 @@ def choose(points: Sequence[Mapping[str, Any]], metric: str) -> dict[str, Any]:
     return {"lr": best["lr"], "outer_lr": best["outer_lr"], "why": why}
 
 
+def _at_edge(chosen: dict[str, Any], grid: LrGrid) -> dict[str, Any]:
+    """``chosen``, its reason saying so where it is the grid's largest or smallest rate (the
+    best may lie beyond: tune further that way)."""
+    if len(grid.lrs) > 1 and chosen["lr"] in (max(grid.lrs), min(grid.lrs)):
+        side = "largest" if chosen["lr"] == max(grid.lrs) else "smallest"
+        bound = "larger" if side == "largest" else "smaller"
+        chosen = {**chosen, "why": f"{chosen['why']}; the {side} rate tried: a {bound} one may "
+                  "be better"}  # fmt: skip
+    return chosen
+
+
 def summarise(plan: LrTuning, runs: list[Run], summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """The record: what the tuning was made for, each method's points and its choice."""
     by_method: dict[str, list[dict[str, Any]]] = {}
@@ -325,7 +337,7 @@ def summarise(plan: LrTuning, runs: list[Run], summaries: list[dict[str, Any]]) 
         "lrs": list(plan.grid.lrs),
         "outer_lrs": list(plan.grid.outer_lrs),
         "methods": {
-            name: {"points": pts, "chosen": choose(pts, plan.target_metric)}
+            name: {"points": pts, "chosen": _at_edge(choose(pts, plan.target_metric), plan.grid)}
             for name, pts in by_method.items()
         },
     }

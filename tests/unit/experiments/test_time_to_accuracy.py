@@ -194,3 +194,14 @@ def test_the_sweep_sets_every_bandwidth_side_by_side(tmp_path):
     ]  # fmt: skip
     with pytest.raises(ValueError, match="each bandwidth may be given once"):
         sweep.comparisons(plan, ["1gbit", "1gbit"])
+    # a tuned sweep says each method's rate (the outer rate in brackets)
+    tuned = [results("25mbit", 800.0, 100.0), results("unlimited", 50.0, 60.0)]
+    for r in tuned:
+        r["tuned_on"] = 1000
+        r["methods"][0]["lr"], r["methods"][1]["lr"] = 0.08, 0.05
+        r["methods"][1]["outer_lr"] = 0.7
+    text = sweep.write(tmp_path, tuned)
+    assert (
+        "tuned on seed 1000, kept out of the race (tuning/tuning.md): fp32 0.08, terngrad " in text
+    )
+    assert "terngrad 0.05 (0.7)." in text

@@ -132,6 +132,9 @@ def test_the_record_the_report_and_the_race_at_the_rates_chosen(tmp_path):
     text = comparison.report_only(tuned, tuned.out)
     record = json.loads((tmp_path / "tuning" / tuning.RECORD).read_text())
     assert record["methods"]["fp32"]["chosen"]["lr"] == 0.05
+    assert record["methods"]["fp32"]["chosen"]["why"].endswith(
+        "the largest rate tried: a larger one may be better"
+    )  # the best may lie beyond the grid
     local = record["methods"]["terngrad-local5"]
     assert local["chosen"]["lr"] == 0.01 and "no rate reached" in local["chosen"]["why"]
     assert local["points"][1]["diverged"]
