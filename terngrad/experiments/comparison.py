@@ -29,6 +29,12 @@ from terngrad.util.files import read_json
 
 Echo = Callable[[str], None]
 Train = Callable[["Run"], dict[str, Any]]
+#: called with a run and each evaluation's record as it trains, where a session can watch
+Observe = Callable[["Run", dict[str, Any]], None]
+
+
+class RunStopped(Exception):
+    """Raised by an :data:`Observe` to end the run it watches at once (its ranks killed)."""
 
 
 @dataclass(frozen=True)
@@ -74,8 +80,11 @@ class Comparison(ABC):
                 run_folder.prepare_out(r.config)  # a bad setting or unwritable folder fails here
 
     @contextlib.contextmanager
-    def session(self, runs: list[Run], echo: Echo) -> Iterator[Train]:
-        """What trains one run, for the whole comparison (by default: :func:`launch`)."""
+    def session(
+        self, runs: list[Run], echo: Echo, observe: Observe | None = None
+    ) -> Iterator[Train]:
+        """What trains one run, for the whole comparison (by default: :func:`launch`, which
+        ``observe`` cannot watch: it is not called)."""
         warm_up_kernels([r.config for r in runs])
         yield lambda r: launch(r.config) or {}
 

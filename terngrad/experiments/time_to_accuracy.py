@@ -40,7 +40,7 @@ from typing import Any
 from terngrad.bench import testbed
 from terngrad.comm import methods
 from terngrad.experiments import time_to_accuracy_report as report
-from terngrad.experiments.comparison import Comparison, Echo, Run, Train
+from terngrad.experiments.comparison import Comparison, Echo, Observe, Run, Train
 from terngrad.train import outputs, run_folder
 from terngrad.train.config import TrainConfig
 from terngrad.train.configure import configure
@@ -135,8 +135,12 @@ class AccuracyComparison(Comparison):
             run_folder.prepare_out(r.config)  # an unwritable folder or another run's files
 
     @contextlib.contextmanager
-    def session(self, runs: list[Run], echo: Echo) -> Iterator[Train]:
-        """The testbed, built once; each run trains in it, its folder held while it does."""
+    def session(
+        self, runs: list[Run], echo: Echo, observe: Observe | None = None
+    ) -> Iterator[Train]:
+        """The testbed, built once; each run trains in it, its folder held while it does;
+        ``observe(run, record)`` after each of its evaluations (:class:`RunStopped` from it
+        ends the run)."""
         warm_up_kernels([r.config for r in runs])  # compiled once, loaded by every rank
         base = self.base
         echo(
@@ -155,8 +159,13 @@ class AccuracyComparison(Comparison):
                 with run_folder.claim(Path(r.config.out)):
                     run_folder.prepare_out(r.config)  # again, now that no other run can
                     run_folder.remove_leftovers(Path(r.config.out))
-                    _train(bed, r.config, ports[r.config.out], self.time_limit,
-                           lambda m, n=r.method: echo(_progress(n, m)))  # fmt: skip
+
+                    def on_eval(record: dict[str, Any], r: Run = r) -> None:
+                        echo(_progress(r.method, record))
+                        if observe is not None:
+                            observe(r, record)
+
+                    _train(bed, r.config, ports[r.config.out], self.time_limit, on_eval)
                 return read_json(Path(r.config.out) / outputs.SUMMARY, "run summary")
 
             yield train

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 from terngrad.comm import methods
 from terngrad.experiments import comparison
-from terngrad.experiments.comparison import Comparison, Echo, Run, Train
+from terngrad.experiments.comparison import Comparison, Echo, Observe, Run, RunStopped, Train
 from terngrad.experiments.time_to_accuracy_report import target_words, time_to_target
 from terngrad.train import outputs
 from terngrad.train.config import RESUMABLE_CHANGES, TrainConfig
@@ -51,6 +51,8 @@ DEFAULT_SEED = 1000
 FOLDER = "tuning"
 #: what a diverged point's folder holds instead of a summary
 DIVERGED_FILE = "diverged.json"
+#: ... and a point stopped once it could no longer be chosen
+STOPPED_FILE = "stopped.json"
 
 
 def check_rates(rates: Sequence[float], flag: str) -> tuple[float, ...]:
@@ -81,9 +83,18 @@ class LrGrid:
             check_rates(self.outer_lrs, "--tune-outer-lr")
 
     def points(self, method: methods.Method) -> list[tuple[float, float | None]]:
-        """``(lr, outer_lr)`` of each run of ``method`` (``outer_lr`` ``None``: the run's)."""
+        """``(lr, outer_lr)`` of each run of ``method`` (``outer_lr`` ``None``: the run's), in
+        the order they train: from the middle of the grid outwards (the larger first), so that
+        a good rate is found early and the runs that cannot beat it stop early."""
         outer = self.outer_lrs if method.local_steps != 1 and self.outer_lrs else (None,)
-        return [(lr, o) for lr in self.lrs for o in outer]
+        return [(lr, o) for lr in _middle_out(self.lrs) for o in _middle_out(outer)]
+
+
+def _middle_out(values: Sequence[Any]) -> list[Any]:
+    """``values`` sorted, from the middle outwards, the larger first at each distance."""
+    ordered = sorted(values, key=lambda v: -math.inf if v is None else v)
+    middle = (len(ordered) - 1) / 2
+    return sorted(ordered, key=lambda v: (abs(ordered.index(v) - middle), -ordered.index(v)))
 
 
 def folder_name(method: str, lr: float, outer_lr: float | None) -> str:
@@ -193,31 +204,69 @@ class LrTuning(Comparison):
                 )
 
     def finished(self, run: Run) -> dict[str, Any] | None:
-        """A finished point's summary, or a diverged point's record (made with these settings,
-        up to what a resumed run may change: its folder, say)."""
+        """A finished point's summary, or the record of a point that diverged or was stopped
+        (made with these settings, up to what a resumed run may change: its folder, say)."""
         summary = self.inner.finished(run)
         if summary is not None:
             return summary
-        path = Path(run.config.out) / DIVERGED_FILE
-        if path.exists():
-            record = read_json(path, "diverged run")
-            made = TrainConfig.from_dict(record["config"])
-            if not run.config.diff(made, ignore=RESUMABLE_CHANGES):
-                return record
+        for name in (DIVERGED_FILE, STOPPED_FILE):
+            path = Path(run.config.out) / name
+            if path.exists():
+                record = read_json(path, "tuning point")
+                made = TrainConfig.from_dict(record["config"])
+                if not run.config.diff(made, ignore=RESUMABLE_CHANGES):
+                    return record
         return None
 
+    def _fewest_steps(self, runs: list[Run], method: str) -> int | None:
+        """The fewest steps to target among ``method``'s points finished so far."""
+        steps = []
+        for r in runs:
+            summary = self.finished(r) if r.method == method else None
+            if summary is not None and "diverged" not in summary and "stopped" not in summary:
+                curve = outputs.read_metrics(Path(r.config.out) / outputs.METRICS)
+                reached = time_to_target(curve, self.target, "accuracy")
+                if reached is not None:
+                    steps.append(reached["step"])
+        return min(steps, default=None)
+
     @contextlib.contextmanager
-    def session(self, runs: list[Run], echo: Echo) -> Iterator[Train]:
-        """The race's own session (the testbed, or plain launches); a point whose training
-        diverged is recorded as such (in its folder, ``diverged.json``)."""
-        with self.inner.session(runs, echo) as train:  # (the folder held from here)
-            record = self.out / RECORD
+    def session(
+        self, runs: list[Run], echo: Echo, observe: Observe | None = None
+    ) -> Iterator[Train]:
+        """The race's own session (the testbed, or plain launches). A point whose training
+        diverged is recorded as such (in its folder, ``diverged.json``). For an accuracy
+        target, a run that passes the fewest steps to target of its method's finished points
+        without reaching it cannot be chosen: it is stopped there (``stopped.json``; where the
+        session can watch a run: the testbed's)."""
+        fewest: dict[str, int | None] = {}
+
+        def give_up(r: Run, record: dict[str, Any]) -> None:
+            best = fewest.get(r.method)
+            reached = outputs.reaches_target(record, accuracy=self.target)
+            if best is not None and record["step"] >= best and not reached:
+                raise RunStopped(
+                    f"not at {target_words(self.target)} by step {record['step']}; another rate "
+                    f"got there at step {best}"
+                )
+
+        by_accuracy = self.target_metric == "accuracy"
+        with self.inner.session(runs, echo, give_up if by_accuracy else None) as train:
+            record = self.out / RECORD  # (the folder held from here)
             if not record.exists():  # what the tuning is made for, before its first run
                 atomic_write_text(record, json.dumps({"key": self.key()}, indent=2) + "\n")
 
             def tune(r: Run) -> dict[str, Any]:
+                if by_accuracy:
+                    fewest[r.method] = self._fewest_steps(runs, r.method)
                 try:
                     return train(r)
+                except RunStopped as exc:
+                    stopped = {"stopped": str(exc), "config": r.config.to_dict()}
+                    atomic_write_text(Path(r.config.out) / STOPPED_FILE,
+                                      json.dumps(stopped, indent=2) + "\n")  # fmt: skip
+                    echo(f"   {r.label}: stopped ({exc})")
+                    return stopped
                 except Exception as exc:  # re-raised unless the trainer says it diverged
                     why = _diverged(Path(r.config.out), str(exc))
                     if why is None:
@@ -233,6 +282,8 @@ class LrTuning(Comparison):
     def describe(self, summary: dict[str, Any]) -> str:
         if "diverged" in summary:
             return "diverged"
+        if "stopped" in summary:
+            return f"stopped: {summary['stopped']}"
         return self.inner.describe(summary)
 
     def report(self, runs: list[Run], summaries: list[dict[str, Any]], out: Path) -> str:
@@ -262,6 +313,12 @@ def point(run: Run, summary: dict[str, Any], plan: LrTuning) -> dict[str, Any]:
         return {"lr": lr, "outer_lr": outer, "diverged": True, "reached": None,
                 "final_accuracy": None, "best_accuracy": None, "final_loss": None,
                 "steps": None}  # fmt: skip
+    if "stopped" in summary:  # at an evaluation past the fewest steps to target: not chosen
+        curve = outputs.read_metrics(Path(run.config.out) / outputs.METRICS)
+        return {"lr": lr, "outer_lr": outer, "diverged": False, "stopped": True, "reached": None,
+                "final_accuracy": curve[-1]["accuracy"] if curve else None,
+                "best_accuracy": max((m["accuracy"] for m in curve), default=None),
+                "final_loss": None, "steps": curve[-1]["step"] if curve else None}  # fmt: skip
     reached = None
     if plan.target_metric == "accuracy":
         curve = outputs.read_metrics(Path(run.config.out) / outputs.METRICS)
@@ -284,7 +341,7 @@ def choose(points: Sequence[Mapping[str, Any]], metric: str) -> dict[str, Any]:
     accuracy, then the smaller rate), or with none reaching it the highest best accuracy; for
     ``loss``, the lowest finite final loss (none finite: the smallest rate). Returns
     ``{"lr", "outer_lr", "why"}``."""
-    alive = [p for p in points if not p["diverged"]]
+    alive = [p for p in points if not p["diverged"] and not p.get("stopped")]
     if metric == "accuracy":
         reached = [p for p in alive if p["reached"]]
         if reached:
@@ -300,7 +357,7 @@ def choose(points: Sequence[Mapping[str, Any]], metric: str) -> dict[str, Any]:
         else:
             best, why = min(points, key=lambda p: p["lr"]), "every rate diverged; the smallest"
     else:
-        finite = [p for p in alive if p["final_loss"] is not None]
+        finite = [p for p in alive if p["final_loss"] is not None]  # (no point is stopped)
         if finite:
             best = min(finite, key=lambda p: (p["final_loss"], p["lr"]))
             why = f"final loss {best['final_loss']:.4f}, the lowest"
@@ -325,6 +382,8 @@ def summarise(plan: LrTuning, runs: list[Run], summaries: list[dict[str, Any]]) 
     by_method: dict[str, list[dict[str, Any]]] = {}
     for r, s in zip(runs, summaries, strict=True):
         by_method.setdefault(r.method, []).append(point(r, s, plan))
+    for pts in by_method.values():  # by outer rate, then rate (they train middle first)
+        pts.sort(key=lambda p: (p["outer_lr"] or 0.0, p["lr"]))
     base = plan.inner.base  # type: ignore[attr-defined]
     return {
         "key": plan.key(),
@@ -369,6 +428,8 @@ def tuned_loss_target(record: Mapping[str, Any], method: str, percent: float) ->
 def _cell(p: Mapping[str, Any], metric: str) -> str:
     if p["diverged"]:
         return "diverged"
+    if p.get("stopped"):
+        return f"> {p['steps']} (stopped)"
     if metric == "loss":
         return f"{p['final_loss']:.4f}" if p["final_loss"] is not None else "-"
     if p["reached"]:
@@ -401,7 +462,9 @@ def markdown(record: Mapping[str, Any]) -> str:
     what = (
         "final test loss after every step"
         if metric == "loss"
-        else f"steps to {target_words(record['target'])} (each run stopped there)"
+        else f"steps to {target_words(record['target'])} (each run stopped there; '> N "
+        "(stopped)': stopped at step N, where another rate of the method had already reached "
+        "it: it could no longer be chosen)"
     )
     choices = "; ".join(
         f"{name} lr {m['chosen']['lr']:g}"

@@ -191,22 +191,27 @@ def test_two_ranks_two_methods_on_the_shaped_testbed_then_a_sweep(tmp_path):
 
 @pytest.mark.skipif(WHY_NOT is not None, reason=f"testbed: {WHY_NOT}")
 def test_a_tuned_race_tunes_on_its_own_seed_then_races_each_method_at_its_rate(tmp_path):
-    """``--tune-lr``: TernGrad at two rates on the tuning seed, unlimited (it diverges at the
-    huge one: a point of its curve, not a failure), then the race at the rate chosen; run
-    again, everything is read back."""
+    """``--tune-lr``: TernGrad at three rates on the tuning seed, unlimited, from the middle of
+    the grid out: it reaches the target at 0.05, diverges at the huge rate (a point of its
+    curve, not a failure), and at the tiny one is stopped once it passes 0.05's steps; then the
+    race at the rate chosen; run again, everything is read back."""
     from terngrad.experiments import tuning
 
     race = tta.AccuracyComparison(
-        accuracy_base(tmp_path, steps=20), ("terngrad",), "unlimited", 0.3, time_limit=300,
+        accuracy_base(tmp_path, steps=20, eval_every=20), ("terngrad",), "unlimited", 0.3,
+        time_limit=300,
         prefix=ACCURACY_PREFIX, stop_at_target=True,
     )  # fmt: skip
-    tuned = tuning.LrTuning.of(race, tuning.LrGrid((0.05, 1e6), seed=1000))
+    tuned = tuning.LrTuning.of(race, tuning.LrGrid((1e-4, 0.05, 1e6), seed=1000))
     lines: list[str] = []
     record, text = tuning.tune(tuned, lines.append)
     tern = record["methods"]["terngrad"]
-    assert [p["lr"] for p in tern["points"]] == [0.05, 1e6]
-    assert tern["points"][0]["reached"]["step"] in (10, 20)
-    assert tern["points"][1]["diverged"] and any("diverged" in line for line in lines)
+    assert [p["lr"] for p in tern["points"]] == [1e-4, 0.05, 1e6]
+    tiny, good, huge = tern["points"]
+    assert good["reached"]["step"] == 20  # (one evaluation: the huge rate diverges before it)
+    assert huge["diverged"] and any("diverged" in line for line in lines)
+    assert tiny["stopped"] and tiny["steps"] == good["reached"]["step"]
+    assert any("stopped (not at 30% by step" in line for line in lines)
     assert tern["chosen"]["lr"] == 0.05
     assert "| terngrad |" in text and "| diverged |" in text
     fair = tuning.raced(race, record)
@@ -219,4 +224,4 @@ def test_a_tuned_race_tunes_on_its_own_seed_then_races_each_method_at_its_rate(t
     lines.clear()
     tuning.tune(tuned, lines.append)
     comparison.run(fair, Path(fair.base.out), echo=lines.append)
-    assert sum("(done before)" in line for line in lines) == 3
+    assert sum("(done before)" in line for line in lines) == 4

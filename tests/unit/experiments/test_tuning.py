@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from support import accuracy_base
 
+from terngrad.comm import methods
 from terngrad.experiments import comparison, tuning
 from terngrad.experiments import time_to_accuracy as tta
 from terngrad.train import outputs
@@ -23,21 +24,24 @@ def test_every_method_at_every_rate_local_steps_at_every_outer_rate_on_the_tunin
     grid = tuning.LrGrid((0.01, 0.05), seed=1000, outer_lrs=(0.5, 1.0))
     tuned = tuning.LrTuning.of(_race(tmp_path), grid)
     runs = tuned.plan()
+    # from the middle of the grid outwards, the larger first: a good rate early
     assert [(r.method, r.tags["lr"], r.tags["outer_lr"]) for r in runs] == [
-        ("fp32", 0.01, None), ("fp32", 0.05, None),
-        ("terngrad-local5", 0.01, 0.5), ("terngrad-local5", 0.01, 1.0),
-        ("terngrad-local5", 0.05, 0.5), ("terngrad-local5", 0.05, 1.0),
+        ("fp32", 0.05, None), ("fp32", 0.01, None),
+        ("terngrad-local5", 0.05, 1.0), ("terngrad-local5", 0.05, 0.5),
+        ("terngrad-local5", 0.01, 1.0), ("terngrad-local5", 0.01, 0.5),
     ]  # fmt: skip
     assert tuned.inner.bandwidth == "unlimited" and tuned.inner.seeds == 1
     assert {r.config.seed for r in runs} == {1000}
-    assert [r.config.lr for r in runs] == [0.01, 0.05, 0.01, 0.01, 0.05, 0.05]
-    assert [r.config.outer_lr for r in runs[2:]] == [0.5, 1.0, 0.5, 1.0]
-    assert runs[3].config.out == str(tmp_path / "tuning" / "terngrad-local5-lr0.01-olr1")
-    assert runs[0].config.out == str(tmp_path / "tuning" / "fp32-lr0.01")
+    assert [r.config.lr for r in runs] == [0.05, 0.01, 0.05, 0.05, 0.01, 0.01]
+    assert [r.config.outer_lr for r in runs[2:]] == [1.0, 0.5, 1.0, 0.5]
+    assert runs[4].config.out == str(tmp_path / "tuning" / "terngrad-local5-lr0.01-olr1")
+    assert runs[1].config.out == str(tmp_path / "tuning" / "fp32-lr0.01")
+    five = tuning.LrGrid((0.08, 0.01, 0.03, 0.02, 0.05), seed=1)
+    assert [lr for lr, _ in five.points(methods.get("fp32"))] == [0.03, 0.05, 0.02, 0.08, 0.01]
     assert all(r.config.stop_at_accuracy == 0.9 for r in runs)  # steps to target: the measure
     # everything but the rates is the race's recipe
     race = _race(tmp_path).plan()
-    assert not runs[1].config.diff(race[0].config, ignore=("out", "lr", "seed"))
+    assert not runs[0].config.diff(race[0].config, ignore=("out", "lr", "seed"))
     # a loss target: every step trained (the lowest final loss chooses)
     by_loss = tuning.LrTuning.of(_race(tmp_path, target_metric="loss"), grid).plan()
     assert all(r.config.stop_at_loss is None and r.config.stop_at_accuracy is None
@@ -121,14 +125,21 @@ def _finish(cfg, accuracies, loss=0.5):
 
 def test_the_record_the_report_and_the_race_at_the_rates_chosen(tmp_path):
     race = _race(tmp_path)
-    tuned = tuning.LrTuning.of(race, tuning.LrGrid((0.01, 0.05), seed=1000))
-    runs = tuned.plan()
-    _finish(runs[0].config, [0.5, 0.91])  # fp32 0.01: step 20
-    _finish(runs[1].config, [0.92])  # fp32 0.05: step 10
-    _finish(runs[2].config, [0.5, 0.8])  # local 0.01: not reached
-    diverged = {"diverged": "stopped", "config": runs[3].config.to_dict()}
-    Path(runs[3].config.out).mkdir(parents=True)
-    (Path(runs[3].config.out) / tuning.DIVERGED_FILE).write_text(json.dumps(diverged))
+    tuned = tuning.LrTuning.of(race, tuning.LrGrid((0.01, 0.02, 0.05), seed=1000))
+    runs = {(r.method, r.tags["lr"]): r.config for r in tuned.plan()}
+    _finish(runs["fp32", 0.02], [0.5, 0.91])  # step 20
+    _finish(runs["fp32", 0.05], [0.92])  # step 10
+    _finish(runs["fp32", 0.01], [0.5])  # stopped at step 10: 0.05 was there at 10
+    stopped = {"stopped": "not at 90% by step 10", "config": runs["fp32", 0.01].to_dict()}
+    (Path(runs["fp32", 0.01].out) / tuning.STOPPED_FILE).write_text(json.dumps(stopped))
+    _finish(runs["terngrad-local5", 0.01], [0.5, 0.8])  # not reached
+    _finish(runs["terngrad-local5", 0.02], [0.5, 0.7])  # not reached
+    diverged = {"diverged": "stopped", "config": runs["terngrad-local5", 0.05].to_dict()}
+    Path(runs["terngrad-local5", 0.05].out).mkdir(parents=True)
+    (Path(runs["terngrad-local5", 0.05].out) / tuning.DIVERGED_FILE).write_text(
+        json.dumps(diverged)
+    )
+    (Path(runs["fp32", 0.01].out) / outputs.SUMMARY).unlink()  # a stopped run has no summary
     text = comparison.report_only(tuned, tuned.out)
     record = json.loads((tmp_path / "tuning" / tuning.RECORD).read_text())
     assert record["methods"]["fp32"]["chosen"]["lr"] == 0.05
@@ -137,9 +148,13 @@ def test_the_record_the_report_and_the_race_at_the_rates_chosen(tmp_path):
     )  # the best may lie beyond the grid
     local = record["methods"]["terngrad-local5"]
     assert local["chosen"]["lr"] == 0.01 and "no rate reached" in local["chosen"]["why"]
-    assert local["points"][1]["diverged"]
-    assert "| fp32 | 20 | **10** |" in text
-    assert "| terngrad-local5 | **not reached (80.0% best)** | diverged |" in text
+    assert [p["lr"] for p in local["points"]] == [0.01, 0.02, 0.05]  # in order, as trained or not
+    assert local["points"][2]["diverged"]
+    assert "| fp32 | > 10 (stopped) | 20 | **10** |" in text
+    assert (
+        "| terngrad-local5 | **not reached (80.0% best)** | not reached (70.0% best) | diverged |"
+        in text
+    )
     assert "seed 1000 (kept out of the race)" in text
     assert (tmp_path / "tuning" / "tuning.png").stat().st_size > 10_000
     assert tuning.plot(record, tmp_path / "again.png") == ["fp32"]  # the local: none reached
@@ -151,9 +166,12 @@ def test_the_record_the_report_and_the_race_at_the_rates_chosen(tmp_path):
     ]  # fmt: skip
     assert fair.tuned_on == 1000
     # a resumed tuning: the same recipe with more rates is the same tuning...
-    more = tuning.LrTuning.of(race, tuning.LrGrid((0.01, 0.05, 0.08), seed=1000))
+    more = tuning.LrTuning.of(race, tuning.LrGrid((0.01, 0.02, 0.05, 0.08), seed=1000))
     more.check_record()
-    assert more.finished(more.plan()[4])["diverged"] == "stopped"  # read back, not retrained
+    again = {(r.method, r.tags["lr"]): more.finished(r) for r in more.plan()}
+    assert again["terngrad-local5", 0.05]["diverged"] == "stopped"  # read back, not retrained
+    assert again["fp32", 0.01]["stopped"] == "not at 90% by step 10"
+    assert again["fp32", 0.08] is None  # the new rate: to train
     # ... another recipe, target or seed is refused in one line
     for other in (
         tuning.LrTuning.of(_race(tmp_path, target=0.95), tuning.LrGrid((0.01,), seed=1000)),
@@ -185,12 +203,12 @@ def test_the_transformer_comparison_tunes_by_the_final_loss_and_compares_at_its_
     tuned = tuning.LrTuning.of(experiment, tuning.LrGrid((1e-3, 4e-3), seed=7, outer_lrs=(0.5,)))
     runs = tuned.plan()
     assert [(r.method, r.config.lr, r.config.outer_lr, r.config.seed) for r in runs] == [
-        ("fp32", 1e-3, 0.7, 7), ("fp32", 4e-3, 0.7, 7),
-        ("terngrad-local25", 1e-3, 0.5, 7), ("terngrad-local25", 4e-3, 0.5, 7),
+        ("fp32", 4e-3, 0.7, 7), ("fp32", 1e-3, 0.7, 7),
+        ("terngrad-local25", 4e-3, 0.5, 7), ("terngrad-local25", 1e-3, 0.5, 7),
     ]  # fmt: skip
     assert tuned.target_metric == "loss" and tuned.target is None
     assert all(r.config.stop_at_loss is None for r in runs)
-    assert runs[1].config.out == str(tmp_path / "tuning" / "fp32-lr0.004")
+    assert runs[0].config.out == str(tmp_path / "tuning" / "fp32-lr0.004")
     record = {"seed": 7, "methods": {
         "fp32": {"chosen": {"lr": 4e-3, "outer_lr": None}},
         "terngrad-local25": {"chosen": {"lr": 1e-3, "outer_lr": 0.5}},
