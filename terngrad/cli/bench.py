@@ -316,7 +316,7 @@ def accuracy(args: argparse.Namespace) -> int:
     from terngrad.cli.flags import given
     from terngrad.comm import Options
     from terngrad.experiments import comparison, sweep, time_to_accuracy, time_to_accuracy_report
-    from terngrad.experiments import tuning as tuning_
+    from terngrad.experiments.tuning import raced, tune, tuned_loss_target
     from terngrad.train import run_folder
     from terngrad.train.config import TrainConfig
 
@@ -326,7 +326,10 @@ def accuracy(args: argparse.Namespace) -> int:
     base = TrainConfig(**settings, exchange=exchange)
     above_fp32 = args.target_loss_above_fp32
     by_loss = args.target_loss is not None or above_fp32 is not None
-    target = args.target / 100 if not by_loss else (args.target_loss or 1.0)  # (set by tuning)
+    if not by_loss:
+        target = args.target / 100
+    else:  # --target-loss-above-fp32: set from the tuning; until then a placeholder
+        target = 1.0 if args.target_loss is None else args.target_loss
     plan = time_to_accuracy.AccuracyComparison(
         base, tuple(args.methods), rates[0], target, args.time_limit,
         predict_with=tuple(args.predict_with) if args.predict_with else None,
@@ -358,18 +361,20 @@ def accuracy(args: argparse.Namespace) -> int:
     for one in plans:  # every bandwidth's bad input fails before anything trains
         one.plan()
         testbed.rate_bits(one.bandwidth)
+        if one.predict_with is not None:
+            time_to_accuracy_report.step_predictions(one)
     if tuned is not None:
-        record, text = tuning_.tune(tuned, echo, args.report_only)
+        record, text = tune(tuned, echo, args.report_only)
         print(text)
         folder = tuned.out
         print(f"Written: {folder}/tuning.json, {folder}/tuning.md, {folder}/tuning.png")
         if args.tune_only:
             return 0
         if above_fp32 is not None:
-            loss = tuning_.tuned_loss_target(record, "fp32", above_fp32)
+            loss = tuned_loss_target(record, "fp32", above_fp32)
             print(f"target: fp32's tuned loss + {above_fp32:g}% = {loss:.4f}")
             plans = [replace(one, target=loss) for one in plans]
-        plans = [tuning_.raced(one, record) for one in plans]
+        plans = [raced(one, record) for one in plans]
     if not swept:
         train(plans[0])
         return 0

@@ -5,9 +5,13 @@ own best (:mod:`terngrad.experiments.tuning`)."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from terngrad.cli.flags import in_range, positive_float
 from terngrad.util.settings import INT64
+
+if TYPE_CHECKING:
+    from terngrad.experiments.tuning import LrTuning, Tunable
 
 
 def add_tuning_flags(parser: argparse.ArgumentParser, race: str) -> None:
@@ -38,9 +42,12 @@ def add_tuning_flags(parser: argparse.ArgumentParser, race: str) -> None:
                    help=f"with --tune-lr: tune and report the rates; no {race}")  # fmt: skip
 
 
-def tuning_from_args(args: argparse.Namespace, race, above_fp32: float | None = None):
+def tuning_from_args(
+    args: argparse.Namespace, race: Tunable, above_fp32: float | None = None
+) -> LrTuning | None:
     """The tuning ``--tune-lr`` asks for before ``race``, or ``None``; ``ValueError`` in one
-    line for a tuning flag (or ``--target-loss-above-fp32``, ``above_fp32``) without it."""
+    line for a tuning flag (or ``--target-loss-above-fp32``, ``above_fp32``) without it, and
+    for a rate given both ways (``--lr`` and ``--tune-lr``: the tuning chooses it)."""
     from terngrad.experiments import tuning
 
     if not args.tune_lr:
@@ -54,6 +61,12 @@ def tuning_from_args(args: argparse.Namespace, race, above_fp32: float | None = 
             if given:
                 raise ValueError(f"{flag} is a setting of the tuning: give --tune-lr too")
         return None
+    for flag, tuned_by in (("lr", "--tune-lr"), ("outer_lr", "--tune-outer-lr")):
+        if getattr(args, flag, None) is not None and getattr(args, tuned_by[2:].replace("-", "_")):
+            raise ValueError(
+                f"--{flag.replace('_', '-')} and {tuned_by}: the tuning chooses each method's "
+                f"rate; give {tuned_by} alone"
+            )
     seed = tuning.DEFAULT_SEED if args.tune_seed is None else args.tune_seed
     grid = tuning.LrGrid(tuple(args.tune_lr), seed, tuple(args.tune_outer_lr or ()))
     return tuning.LrTuning.of(race, grid)

@@ -12,6 +12,7 @@ free); ``sweep.md`` the tables, ``sweep.png`` the two plots.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -265,12 +266,33 @@ def write(out: Path, results: list[dict[str, Any]]) -> str:
     return text
 
 
+#: what the links of one sweep share, in their ``results.json``
+_SAME_SWEEP = ("model", "dataset", "workers", "target", "target_metric", "settings", "tuned_on")
+
+
+def with_earlier_links(out: Path, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``results`` and every other link of the same sweep already in ``out`` (a folder whose
+    ``results.json`` has the same model, recipe, target and tuning: a sweep run a call a link),
+    from the fastest link to the slowest once any is added; otherwise ``results`` as given."""
+    given = {r["bandwidth"] for r in results}
+    earlier = []
+    for path in sorted(out.glob("*/results.json")):
+        found = json.loads(path.read_text())
+        if found.get("bandwidth") in given or found.get("bandwidth") != path.parent.name:
+            continue
+        if all(found.get(k) == results[0].get(k) for k in _SAME_SWEEP):
+            earlier.append(found)
+    if not earlier:
+        return results
+    return sorted([*results, *earlier], key=lambda r: -(_rate(r["bandwidth"]) or math.inf))
+
+
 def run(
     plans: list[AccuracyComparison], train: Callable[[AccuracyComparison], None], out: Path
 ) -> str:
     """Train (or report, as ``train`` does) every bandwidth's comparison in turn, then write
-    the sweep."""
+    the sweep: these links and those of earlier calls of the same sweep in ``out``."""
     for plan in plans:
         train(plan)
     results = [json.loads((Path(p.base.out) / "results.json").read_text()) for p in plans]
-    return write(out, results)
+    return write(out, with_earlier_links(out, results))

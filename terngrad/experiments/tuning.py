@@ -78,9 +78,9 @@ class LrGrid:
     outer_lrs: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
-        check_rates(self.lrs, "--tune-lr")
+        object.__setattr__(self, "lrs", check_rates(self.lrs, "--tune-lr"))
         if self.outer_lrs:
-            check_rates(self.outer_lrs, "--tune-outer-lr")
+            object.__setattr__(self, "outer_lrs", check_rates(self.outer_lrs, "--tune-outer-lr"))
 
     def points(self, method: methods.Method) -> list[tuple[float, float | None]]:
         """``(lr, outer_lr)`` of each run of ``method`` (``outer_lr`` ``None``: the run's), in
@@ -98,6 +98,7 @@ def _middle_out(values: Sequence[Any]) -> list[Any]:
 
 
 def folder_name(method: str, lr: float, outer_lr: float | None) -> str:
+    """A point's folder: ``<method>-lr<lr>``, ``-olr<outer>`` added for an outer rate."""
     return f"{method}-lr{lr:g}" + ("" if outer_lr is None else f"-olr{outer_lr:g}")
 
 
@@ -108,6 +109,7 @@ class Tunable(Protocol):
     (:meth:`at_rates`)."""
 
     base: TrainConfig
+    methods: Sequence[str]
     seeds: int
 
     @property
@@ -131,6 +133,8 @@ class LrTuning(Comparison):
     recorded and the tuning goes on."""
 
     inner: Comparison
+    #: ``inner``'s settings (its ``base``): the recipe, and the tuning's folder
+    base: TrainConfig
     grid: LrGrid
     #: what chooses a rate: ``"accuracy"`` (steps to ``target``) or ``"loss"`` (final loss)
     target_metric: str
@@ -147,13 +151,21 @@ class LrTuning(Comparison):
                 f"--tune-seed {grid.seed} is one of the seeds compared ({race_seeds.start}.."
                 f"{race_seeds.stop - 1}): tune on a seed kept out of the race"
             )
+        local = [m.name for m in methods.select(race.methods) if m.local_steps != 1]
+        if grid.outer_lrs and not local:
+            raise ValueError(
+                "--tune-outer-lr tunes the outer rate of local steps: no method given runs "
+                "them (terngrad-local25, say)"
+            )
         metric = race.target_metric
         inner = race.for_tuning(grid.seed, str(Path(race.base.out) / FOLDER))
-        return cls(inner, grid, metric, race.target if metric == "accuracy" else None)
+        target = race.target if metric == "accuracy" else None
+        return cls(inner, inner.base, grid, metric, target)  # type: ignore[attr-defined]
 
     @property
     def out(self) -> Path:
-        return Path(self.inner.base.out)  # type: ignore[attr-defined]
+        """The tuning's folder (``<race out>/tuning``)."""
+        return Path(self.base.out)
 
     def plan(self) -> list[Run]:
         """Every method at every point of the grid, on the tuning seed."""
@@ -172,7 +184,7 @@ class LrTuning(Comparison):
         """What the tuning was made for: the model and recipe (every setting but the rates, the
         seed, the folder and what a resumed run may change), the target, the seed."""
         ignore = {"out", "lr", "outer_lr", "seed", *RESUMABLE_CHANGES}
-        settings = self.inner.base.settings()  # type: ignore[attr-defined]
+        settings = self.base.settings()
         return {
             "recipe": {k: v for k, v in settings.items() if k not in ignore},
             "target_metric": self.target_metric,
@@ -204,31 +216,38 @@ class LrTuning(Comparison):
                 )
 
     def finished(self, run: Run) -> dict[str, Any] | None:
-        """A finished point's summary, or the record of a point that diverged or was stopped
-        (made with these settings, up to what a resumed run may change: its folder, say)."""
-        summary = self.inner.finished(run)
-        if summary is not None:
-            return summary
-        for name in (DIVERGED_FILE, STOPPED_FILE):
+        """The record of a point that was stopped or diverged, or a finished point's summary
+        (made with these settings, up to what a resumed run may change: its folder, say; a run
+        stopped at its last evaluation may have written its summary too: it stays stopped)."""
+        for name in (STOPPED_FILE, DIVERGED_FILE):
             path = Path(run.config.out) / name
             if path.exists():
                 record = read_json(path, "tuning point")
                 made = TrainConfig.from_dict(record["config"])
                 if not run.config.diff(made, ignore=RESUMABLE_CHANGES):
                     return record
-        return None
+        return self.inner.finished(run)
 
     def _fewest_steps(self, runs: list[Run], method: str) -> int | None:
-        """The fewest steps to target among ``method``'s points finished so far."""
+        """The fewest steps to target among ``method``'s points finished so far that
+        :func:`choose` could choose."""
         steps = []
         for r in runs:
             summary = self.finished(r) if r.method == method else None
-            if summary is not None and "diverged" not in summary and "stopped" not in summary:
-                curve = outputs.read_metrics(Path(r.config.out) / outputs.METRICS)
-                reached = time_to_target(curve, self.target, "accuracy")
-                if reached is not None:
-                    steps.append(reached["step"])
+            if summary is not None:
+                p = point(r, summary, self)
+                if not p["diverged"] and not p.get("stopped") and p["reached"]:
+                    steps.append(p["reached"]["step"])
         return min(steps, default=None)
+
+    def _keep(self, r: Run, name: str, record: dict[str, Any], echo: Echo) -> dict[str, Any]:
+        """``record`` of a point that ended early, written into its folder as ``name``."""
+        record = {**record, "config": r.config.to_dict()}
+        Path(r.config.out).mkdir(parents=True, exist_ok=True)
+        atomic_write_text(Path(r.config.out) / name, json.dumps(record, indent=2) + "\n")
+        what = "stopped" if "stopped" in record else "diverged"
+        echo(f"   {r.label}: {what} ({record[what]})")
+        return record
 
     @contextlib.contextmanager
     def session(
@@ -242,6 +261,8 @@ class LrTuning(Comparison):
         fewest: dict[str, int | None] = {}
 
         def give_up(r: Run, record: dict[str, Any]) -> None:
+            if observe is not None:
+                observe(r, record)
             best = fewest.get(r.method)
             reached = outputs.reaches_target(record, accuracy=self.target)
             if best is not None and record["step"] >= best and not reached:
@@ -251,9 +272,11 @@ class LrTuning(Comparison):
                 )
 
         by_accuracy = self.target_metric == "accuracy"
-        with self.inner.session(runs, echo, give_up if by_accuracy else None) as train:
-            record = self.out / RECORD  # (the folder held from here)
+        watch = give_up if by_accuracy else observe
+        with self.inner.session(runs, echo, watch) as train:
+            record = self.out / RECORD
             if not record.exists():  # what the tuning is made for, before its first run
+                self.out.mkdir(parents=True, exist_ok=True)
                 atomic_write_text(record, json.dumps({"key": self.key()}, indent=2) + "\n")
 
             def tune(r: Run) -> dict[str, Any]:
@@ -262,20 +285,12 @@ class LrTuning(Comparison):
                 try:
                     return train(r)
                 except RunStopped as exc:
-                    stopped = {"stopped": str(exc), "config": r.config.to_dict()}
-                    atomic_write_text(Path(r.config.out) / STOPPED_FILE,
-                                      json.dumps(stopped, indent=2) + "\n")  # fmt: skip
-                    echo(f"   {r.label}: stopped ({exc})")
-                    return stopped
+                    return self._keep(r, STOPPED_FILE, {"stopped": str(exc)}, echo)
                 except Exception as exc:  # re-raised unless the trainer says it diverged
                     why = _diverged(Path(r.config.out), str(exc))
                     if why is None:
                         raise
-                    diverged = {"diverged": why, "config": r.config.to_dict()}
-                    atomic_write_text(Path(r.config.out) / DIVERGED_FILE,
-                                      json.dumps(diverged, indent=2) + "\n")  # fmt: skip
-                    echo(f"   {r.label}: diverged ({why})")
-                    return diverged
+                    return self._keep(r, DIVERGED_FILE, {"diverged": why}, echo)
 
             yield tune
 
@@ -384,12 +399,13 @@ def summarise(plan: LrTuning, runs: list[Run], summaries: list[dict[str, Any]]) 
         by_method.setdefault(r.method, []).append(point(r, s, plan))
     for pts in by_method.values():  # by outer rate, then rate (they train middle first)
         pts.sort(key=lambda p: (p["outer_lr"] or 0.0, p["lr"]))
-    base = plan.inner.base  # type: ignore[attr-defined]
+    base = plan.base
     return {
         "key": plan.key(),
         "model": base.model,
         "dataset": base.dataset,
         "workers": base.workers,
+        "bandwidth": getattr(plan.inner, "bandwidth", None),
         "target": plan.target,
         "target_metric": plan.target_metric,
         "seed": plan.grid.seed,
@@ -426,6 +442,7 @@ def tuned_loss_target(record: Mapping[str, Any], method: str, percent: float) ->
 
 
 def _cell(p: Mapping[str, Any], metric: str) -> str:
+    """A point in the table: steps to target (or the final loss), or how it ended early."""
     if p["diverged"]:
         return "diverged"
     if p.get("stopped"):
@@ -443,7 +460,7 @@ def markdown(record: Mapping[str, Any]) -> str:
     from terngrad.train.report import markdown_table
 
     metric = record["target_metric"]
-    lrs = record["lrs"]
+    lrs = sorted(record["lrs"])
     rows = []
     for name, m in record["methods"].items():
         chosen = m["chosen"]
@@ -474,7 +491,9 @@ def markdown(record: Mapping[str, Any]) -> str:
     )
     return (
         f"# Learning rates tuned: {record['model']} on {record['dataset']}, {record['workers']} "
-        f"ranks, seed {record['seed']} (kept out of the race), unlimited link\n\n"
+        f"ranks, seed {record['seed']} (kept out of the race)"
+        + (f", {record['bandwidth']} link" if record.get("bandwidth") else "")
+        + "\n\n"
         + markdown_table(["method", *(f"lr {lr:g}" for lr in lrs)], rows)
         + f"\nEach cell: {what}; bold: the rate the method races at. Chosen: {choices}.\n"
     )

@@ -227,6 +227,12 @@ def _refused_by_bench_accuracy(capsys, argv, monkeypatch, tmp_path) -> str:
             "--tune-seed 2 is one of the seeds compared (0..2)",
         ),
         (["--target", "90", "--tune-seed", "7"], "--tune-seed is a setting of the tuning"),
+        (["--target", "90", "--tune-lr", "0.01", "--lr", "0.02"], "--lr and --tune-lr: the tuning"),
+        (
+            ["--target", "90", "--tune-lr", "0.01", "--tune-outer-lr", "0.5", "--methods", "fp32"],
+            "no method given runs them",
+        ),
+        (["--target-loss", "0", "--tune-lr", "0.01"], "target loss 0 can never be reached"),
         (
             ["--target-loss-above-fp32", "1", "--tune-lr", "0.01", "--methods", "fp16"],
             "give fp32 among --methods",

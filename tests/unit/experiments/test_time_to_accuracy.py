@@ -205,3 +205,13 @@ def test_the_sweep_sets_every_bandwidth_side_by_side(tmp_path):
         "tuned on seed 1000, kept out of the race (tuning/tuning.md): fp32 0.08, terngrad " in text
     )
     assert "terngrad 0.05 (0.7)." in text
+    # a sweep run a call a link: the links of earlier calls of the same sweep join the report
+    for r in (*tuned, results("100mbit", 200.0, 70.0)):
+        (tmp_path / r["bandwidth"]).mkdir(exist_ok=True)
+        (tmp_path / r["bandwidth"] / "results.json").write_text(json.dumps(r))
+    other = {**results("10mbit", 9.0, 9.0), "target": 0.5, "tuned_on": 1000}  # another sweep's
+    (tmp_path / "10mbit").mkdir()
+    (tmp_path / "10mbit" / "results.json").write_text(json.dumps(other))
+    merged = sweep.with_earlier_links(tmp_path, [tuned[0]])
+    assert [r["bandwidth"] for r in merged] == ["unlimited", "25mbit"]  # fastest first
+    assert sweep.with_earlier_links(tmp_path / "25mbit", [tuned[0]]) == [tuned[0]]

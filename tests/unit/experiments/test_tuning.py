@@ -220,3 +220,43 @@ def test_the_transformer_comparison_tunes_by_the_final_loss_and_compares_at_its_
     ]  # fmt: skip
     with pytest.raises(ValueError, match="--tune-seed 1 is one of the seeds compared"):
         tuning.LrTuning.of(experiment, tuning.LrGrid((1e-3,), seed=1))
+
+
+def test_a_tuning_whose_session_launches_runs_makes_its_folder_and_records_what_ends_early(
+    tmp_path,
+):
+    """The transformer's session (plain launches, no testbed) is given no folder: the tuning
+    makes it; a run the trainer stops on NaN/Inf gradients is a diverged point."""
+    import contextlib
+
+    from terngrad.experiments import gpt
+    from terngrad.train.loop import DIVERGED
+
+    class Launches(gpt.TransformerComparison):
+        @contextlib.contextmanager
+        def session(self, runs, echo, observe=None):
+            def train(r):
+                if r.config.lr > 0.01:  # as a worker's failure reads
+                    raise RuntimeError(f"TrainingFailed: 10 consecutive steps {DIVERGED}")
+                _finish(r.config, [0.1], loss=1.5)
+                return json.loads((Path(r.config.out) / outputs.SUMMARY).read_text())
+
+            yield train
+
+    base = gpt.protocol(str(tmp_path / "new"), steps=20, eval_every=10, model="gpt-small")
+    tuned = tuning.LrTuning.of(Launches(base, ("fp32",)), tuning.LrGrid((1e-3, 0.1), seed=7))
+    record, text = tuning.tune(tuned, lambda line: None)
+    fp32 = record["methods"]["fp32"]
+    assert [(p["lr"], p["diverged"]) for p in fp32["points"]] == [(1e-3, False), (0.1, True)]
+    assert fp32["chosen"]["lr"] == 1e-3 and "| fp32 | **1.5000** | diverged |" in text
+    assert (tmp_path / "new" / "tuning" / "fp32-lr0.1" / tuning.DIVERGED_FILE).exists()
+    with pytest.raises(RuntimeError, match="another failure"):  # any other error is re-raised
+
+        class Fails(Launches):
+            @contextlib.contextmanager
+            def session(self, runs, echo, observe=None):
+                yield lambda r: (_ for _ in ()).throw(RuntimeError("another failure"))
+
+        base = gpt.protocol(str(tmp_path / "other"), steps=20, eval_every=10, model="gpt-small")
+        tuning.tune(tuning.LrTuning.of(Fails(base, ("fp32",)), tuning.LrGrid((1e-3,), seed=7)),
+                    lambda line: None)  # fmt: skip
