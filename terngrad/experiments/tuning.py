@@ -382,14 +382,16 @@ def choose(points: Sequence[Mapping[str, Any]], metric: str) -> dict[str, Any]:
 
 
 def _at_edge(chosen: dict[str, Any], grid: LrGrid) -> dict[str, Any]:
-    """``chosen``, its reason saying so where it is the grid's largest or smallest rate (the
-    best may lie beyond: tune further that way)."""
-    if len(grid.lrs) > 1 and chosen["lr"] in (max(grid.lrs), min(grid.lrs)):
-        side = "largest" if chosen["lr"] == max(grid.lrs) else "smallest"
-        bound = "larger" if side == "largest" else "smaller"
-        chosen = {**chosen, "why": f"{chosen['why']}; the {side} rate tried: a {bound} one may "
-                  "be better"}  # fmt: skip
-    return chosen
+    """``chosen``, its reason saying so where it is the grid's largest or smallest rate or
+    outer rate (the best may lie beyond: tune further that way)."""
+    notes = []
+    for what, value, tried in (("rate", chosen["lr"], grid.lrs),
+                               ("outer rate", chosen["outer_lr"], grid.outer_lrs)):  # fmt: skip
+        if value is None or len(tried) < 2 or value not in (max(tried), min(tried)):
+            continue
+        side, bound = ("largest", "larger") if value == max(tried) else ("smallest", "smaller")
+        notes.append(f"the {side} {what} tried: a {bound} one may be better")
+    return {**chosen, "why": "; ".join([chosen["why"], *notes])} if notes else chosen
 
 
 def summarise(plan: LrTuning, runs: list[Run], summaries: list[dict[str, Any]]) -> dict[str, Any]:

@@ -260,3 +260,16 @@ def test_a_tuning_whose_session_launches_runs_makes_its_folder_and_records_what_
         base = gpt.protocol(str(tmp_path / "other"), steps=20, eval_every=10, model="gpt-small")
         tuning.tune(tuning.LrTuning.of(Fails(base, ("fp32",)), tuning.LrGrid((1e-3,), seed=7)),
                     lambda line: None)  # fmt: skip
+
+
+def test_a_choice_at_the_grids_edge_says_a_rate_beyond_may_be_better():
+    grid = tuning.LrGrid((0.01, 0.05, 0.08), seed=1, outer_lrs=(0.5, 0.7))
+    inside = {"lr": 0.05, "outer_lr": None, "why": "w"}
+    assert tuning._at_edge(inside, grid) == inside
+    outer = tuning._at_edge({"lr": 0.05, "outer_lr": 0.5, "why": "w"}, grid)
+    assert outer["why"] == "w; the smallest outer rate tried: a smaller one may be better"
+    both = tuning._at_edge({"lr": 0.08, "outer_lr": 0.7, "why": "w"}, grid)["why"]
+    assert both == (
+        "w; the largest rate tried: a larger one may be better; the largest outer rate tried: "
+        "a larger one may be better"
+    )
