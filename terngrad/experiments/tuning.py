@@ -502,8 +502,9 @@ def markdown(record: Mapping[str, Any]) -> str:
 
 
 def plot(record: Mapping[str, Any], path: Path) -> list[str]:
-    """Steps to target (or final loss) against the rate, a line per method (and outer rate),
-    the chosen point circled; a point that did not reach the target or diverged is left out.
+    """A panel per method, sharing the axes: steps to target (or the final loss) against the
+    rate, a line per outer rate, the chosen point circled; a run stopped at step N drawn as an
+    open triangle at N (it needed more), one that diverged as a cross at the panel's top.
     Returns the lines' labels."""
     import matplotlib
 
@@ -511,32 +512,57 @@ def plot(record: Mapping[str, Any], path: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
     by_loss = record["target_metric"] == "loss"
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    names = list(record["methods"])
+    cols = min(4, len(names)) or 1
+    rows = (len(names) + cols - 1) // cols or 1
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), sharex=True,
+                             sharey=True, squeeze=False)  # fmt: skip
+    values = [p["final_loss"] if by_loss else p["reached"]["step"]
+              for m in record["methods"].values() for p in m["points"]
+              if (p["final_loss"] if by_loss else p["reached"]) and not p["diverged"]]  # fmt: skip
+    top = max([*values, *(p["steps"] or 0 for m in record["methods"].values()
+                          for p in m["points"] if p.get("stopped"))], default=1)  # fmt: skip
     labels = []
-    for name, m in record["methods"].items():
-        chosen = m["chosen"]
+    for ax, name in zip(axes.flat, names, strict=False):
+        m = record["methods"][name]
+        chosen = (m["chosen"]["lr"], m["chosen"]["outer_lr"])
         for outer in dict.fromkeys(p["outer_lr"] for p in m["points"]):
-            pts = [p for p in m["points"] if p["outer_lr"] == outer and not p["diverged"]]
-            pts = [p for p in pts if (p["final_loss"] is not None if by_loss else p["reached"])]
-            if not pts:
-                continue
-            xs = [p["lr"] for p in pts]
-            ys = [p["final_loss"] if by_loss else p["reached"]["step"] for p in pts]
-            label = name if outer is None else f"{name}, outer lr {outer:g}"
+            pts = [p for p in m["points"] if p["outer_lr"] == outer]
+            done = [p for p in pts if not p["diverged"]
+                    and (p["final_loss"] is not None if by_loss else p["reached"])]  # fmt: skip
+            label = name if outer is None else f"outer lr {outer:g}"
+            xs = [p["lr"] for p in done]
+            ys = [p["final_loss"] if by_loss else p["reached"]["step"] for p in done]
             (line,) = ax.plot(xs, ys, marker="o", label=label)
-            labels.append(label)
-            for x, y, p in zip(xs, ys, pts, strict=True):
-                if (p["lr"], p["outer_lr"]) == (chosen["lr"], chosen["outer_lr"]):
-                    ax.plot(x, y, "o", markersize=12, fillstyle="none", color=line.get_color())
-    ax.set_xscale("log")
-    ax.set_xlabel("learning rate")
-    ax.set_ylabel("final test loss" if by_loss else f"steps to {target_words(record['target'])}")
-    ax.grid(True, which="both", alpha=0.3)
-    if labels:
-        ax.legend(fontsize=7)
-    ax.set_title(
-        f"{record['model']} on {record['dataset']}, {record['workers']} ranks: tuning (seed "
-        f"{record['seed']}); circled: chosen",
+            color = line.get_color()
+            labels.append(f"{name}: {label}" if outer is not None else name)
+            for x, y, p in zip(xs, ys, done, strict=True):
+                if (p["lr"], p["outer_lr"]) == chosen:
+                    ax.plot(x, y, "o", markersize=12, fillstyle="none", color=color)
+            stopped = [p for p in pts if p.get("stopped") and p["steps"]]
+            ax.plot([p["lr"] for p in stopped], [p["steps"] for p in stopped], "^",
+                    fillstyle="none", color=color)  # fmt: skip
+            diverged = [p["lr"] for p in pts if p["diverged"]]
+            ax.plot(diverged, [top] * len(diverged), "x", color=color)
+        ax.set_title(name, fontsize=9)
+        ax.set_xscale("log")
+        ax.set_xticks(record["lrs"], [f"{lr:g}" for lr in record["lrs"]], fontsize=7)
+        ax.set_xticks([], minor=True)
+        ax.tick_params(labelbottom=True)  # (a panel above an empty one keeps its rates)
+        ax.grid(True, alpha=0.3)
+        if any(p["outer_lr"] is not None for p in m["points"]):
+            ax.legend(fontsize=6)
+    for ax in axes.flat[len(names) :]:
+        ax.set_visible(False)
+    for ax in axes.flat[max(0, len(names) - cols) : len(names)]:
+        ax.set_xlabel("learning rate")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(
+            "final test loss" if by_loss else f"steps to {target_words(record['target'])}"
+        )
+    fig.suptitle(
+        f"{record['model']} on {record['dataset']}, {record['workers']} ranks: the tuning (seed "
+        f"{record['seed']}); circled: chosen; triangle: stopped there, needed more; x: diverged",
         fontsize=9,
     )
     fig.tight_layout()

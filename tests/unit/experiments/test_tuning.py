@@ -157,7 +157,10 @@ def test_the_record_the_report_and_the_race_at_the_rates_chosen(tmp_path):
     )
     assert "seed 1000 (kept out of the race)" in text
     assert (tmp_path / "tuning" / "tuning.png").stat().st_size > 10_000
-    assert tuning.plot(record, tmp_path / "again.png") == ["fp32"]  # the local: none reached
+    assert tuning.plot(record, tmp_path / "again.png") == [
+        "fp32",
+        "terngrad-local5",
+    ]  # a panel each
     # the race: each method at its own rate, on the race's seeds
     fair = tuning.raced(race, record)
     assert [(r.method, r.config.seed, r.config.lr) for r in fair.plan()] == [
