@@ -254,26 +254,30 @@ class LrTuning(Comparison):
         self, runs: list[Run], echo: Echo, observe: Observe | None = None
     ) -> Iterator[Train]:
         """The race's own session (the testbed, or plain launches). A point whose training
-        diverged is recorded as such (in its folder, ``diverged.json``). For an accuracy
+        diverged is recorded as such (in its folder, ``diverged.json``): the trainer stopped on
+        NaN/Inf gradients, or (where the session can watch a run) an evaluation's test loss
+        was not finite. For an accuracy
         target, a run that passes the fewest steps to target of its method's finished points
         without reaching it cannot be chosen: it is stopped there (``stopped.json``; where the
         session can watch a run: the testbed's)."""
         fewest: dict[str, int | None] = {}
 
+        by_accuracy = self.target_metric == "accuracy"
+
         def give_up(r: Run, record: dict[str, Any]) -> None:
             if observe is not None:
                 observe(r, record)
+            if not math.isfinite(record["loss"]):  # (PyTorch's hooks train on through NaN)
+                raise _Diverged(f"test loss {record['loss']} at step {record['step']}")
             best = fewest.get(r.method)
             reached = outputs.reaches_target(record, accuracy=self.target)
-            if best is not None and record["step"] >= best and not reached:
+            if by_accuracy and best is not None and record["step"] >= best and not reached:
                 raise RunStopped(
                     f"not at {target_words(self.target)} by step {record['step']}; another rate "
                     f"got there at step {best}"
                 )
 
-        by_accuracy = self.target_metric == "accuracy"
-        watch = give_up if by_accuracy else observe
-        with self.inner.session(runs, echo, watch) as train:
+        with self.inner.session(runs, echo, give_up) as train:
             record = self.out / RECORD
             if not record.exists():  # what the tuning is made for, before its first run
                 self.out.mkdir(parents=True, exist_ok=True)
@@ -284,6 +288,8 @@ class LrTuning(Comparison):
                     fewest[r.method] = self._fewest_steps(runs, r.method)
                 try:
                     return train(r)
+                except _Diverged as exc:
+                    return self._keep(r, DIVERGED_FILE, {"diverged": str(exc)}, echo)
                 except RunStopped as exc:
                     return self._keep(r, STOPPED_FILE, {"stopped": str(exc)}, echo)
                 except Exception as exc:  # re-raised unless the trainer says it diverged
@@ -308,6 +314,10 @@ class LrTuning(Comparison):
         atomic_write_text(out / "tuning.md", text)
         plot(tuned, out / "tuning.png")
         return text
+
+
+class _Diverged(RunStopped):
+    """A watched run whose test loss is no longer finite: it can never reach a target."""
 
 
 def _diverged(out: Path, error: str) -> str | None:

@@ -276,3 +276,45 @@ def test_a_choice_at_the_grids_edge_says_a_rate_beyond_may_be_better():
         "w; the largest rate tried: a larger one may be better; the largest outer rate tried: "
         "a larger one may be better"
     )
+
+
+def test_a_watched_run_is_stopped_once_it_can_no_longer_be_chosen_or_its_loss_is_not_finite(
+    tmp_path,
+):
+    """Where the session shows each evaluation (the testbed's): a run past the fewest steps to
+    target of its method's finished rates is stopped there, one whose test loss is NaN is a
+    diverged point (PyTorch's hooks train on through NaN); the choice stays the grid's."""
+    import contextlib
+
+    curves = {0.05: [0.5, 0.95], 0.08: [0.5, 0.6, 0.7], 0.03: [math.nan]}
+
+    class Watched(tta.AccuracyComparison):
+        @contextlib.contextmanager
+        def session(self, runs, echo, observe=None):
+            def train(r):
+                out = Path(r.config.out)
+                out.mkdir(parents=True)
+                for i, acc in enumerate(curves[r.config.lr], start=1):
+                    loss = math.nan if math.isnan(acc) else 0.5
+                    record = {"step": 10 * i, "accuracy": acc, "loss": loss,
+                              "train_seconds": float(i), "seconds": float(i)}  # fmt: skip
+                    outputs.append_metrics(out / outputs.METRICS, record)
+                    observe(r, record)
+                summary = {"config": r.config.to_dict(), "accuracy": acc, "best_accuracy": acc,
+                           "loss": loss, "best_loss": loss, "steps": 10 * i,
+                           "train_seconds": float(i), "wire_bytes_per_step": None,
+                           "bytes_sent_per_step": None}  # fmt: skip
+                (out / outputs.SUMMARY).write_text(json.dumps(summary))
+                return summary
+
+            yield train
+
+    race = Watched(accuracy_base(tmp_path), ("fp32",), "25mbit", 0.9, seeds=1)
+    record, text = tuning.tune(tuning.LrTuning.of(race, tuning.LrGrid((0.03, 0.05, 0.08), 7)),
+                               lambda line: None)  # fmt: skip
+    fp32 = {p["lr"]: p for p in record["methods"]["fp32"]["points"]}
+    assert fp32[0.05]["reached"]["step"] == 20  # trained first: the middle of the grid
+    assert fp32[0.08]["stopped"] and fp32[0.08]["steps"] == 20  # at 0.05's 20 steps, not there
+    assert fp32[0.03]["diverged"]
+    assert record["methods"]["fp32"]["chosen"]["lr"] == 0.05
+    assert "| fp32 | diverged | **20** | > 20 (stopped) |" in text
