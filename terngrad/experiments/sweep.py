@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from terngrad.bench import testbed
-from terngrad.comm.method_spec import BASELINES
+from terngrad.comm import methods
 from terngrad.experiments.time_to_accuracy import AccuracyComparison
 from terngrad.experiments.time_to_accuracy_report import rate_words, results_target
 from terngrad.util.files import atomic_write, atomic_write_text
@@ -114,9 +114,14 @@ def _fastest(point: dict[str, Any], pytorch: bool | None) -> dict[str, Any] | No
         {"method": name, "seconds": m["seconds_to_target"]}
         for name, m in point["methods"].items()
         if m["seconds_to_target"] is not None
-        and (pytorch is None or (name in BASELINES) == pytorch)
+        and (pytorch is None or _is_pytorchs(name) == pytorch)
     ]
     return min(reached, key=lambda r: r["seconds"], default=None)
+
+
+def _is_pytorchs(name: str) -> bool:
+    """Whether a method is PyTorch's own averaging (fp32, fp16, PowerSGD at any rank)."""
+    return methods.get(methods.canonical(name)).baseline is not None
 
 
 def _method_names(sweep: dict[str, Any]) -> list[str]:

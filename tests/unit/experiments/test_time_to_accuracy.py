@@ -212,6 +212,12 @@ def test_the_sweep_sets_every_bandwidth_side_by_side(tmp_path):
     other = {**results("10mbit", 9.0, 9.0), "target": 0.5, "tuned_on": 1000}  # another sweep's
     (tmp_path / "10mbit").mkdir()
     (tmp_path / "10mbit" / "results.json").write_text(json.dumps(other))
+    # PowerSGD at any rank is PyTorch's
+    ranked = results("100mbit", 200.0, 70.0)
+    ranked["methods"].append({**ranked["methods"][0], "method": "powersgd-r4"})
+    ranked["methods"][-1]["reached"] = {"step": 300, "train_seconds": 50.0}
+    point = sweep.summarise([ranked])["points"][0]
+    assert point["fastest_pytorch"] == {"method": "powersgd-r4", "seconds": 50.0}
     merged = sweep.with_earlier_links(tmp_path, [tuned[0]])
     assert [r["bandwidth"] for r in merged] == ["unlimited", "25mbit"]  # fastest first
     assert sweep.with_earlier_links(tmp_path / "25mbit", [tuned[0]]) == [tuned[0]]
