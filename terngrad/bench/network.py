@@ -38,6 +38,7 @@ from terngrad.bench.testbed import PREFIX, BenchFailed, Testbed
 from terngrad.comm import methods
 from terngrad.train import models
 from terngrad.util import lifetime, netdev
+from terngrad.util.threads import use_threads
 from terngrad.util.timing import timings
 
 DEFAULT_METHODS = ("fp32", "fp16", "powersgd", "terngrad", "terngrad-ps", "qsgd-5")
@@ -91,7 +92,7 @@ def worker(args: argparse.Namespace) -> None:
     import torch.distributed as dist
     from torch import nn
 
-    torch.set_num_threads(1)
+    use_threads(1)  # (every thread: PowerSGD decompresses on gloo's)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
     shape = tuple(args.input_shape) if args.input_shape else models.default_input_shape(args.model)

@@ -39,6 +39,7 @@ from terngrad.train.config import TrainConfig
 from terngrad.train.loop import train_worker
 from terngrad.train.setup import load_data
 from terngrad.util import lifetime
+from terngrad.util.threads import use_threads
 
 #: processes one machine may run per core: beyond, the ranks mostly wait on each other
 MAX_WORKERS_PER_CORE = 8
@@ -256,7 +257,7 @@ def _spawned_worker(
 ) -> None:  # fmt: skip
     # ``lock`` stays open until this process exits: the folder is held until then
     lifetime.exit_with(launcher, "the launcher")
-    torch.set_num_threads(_threads(cfg, cfg.workers))
+    use_threads(_threads(cfg, cfg.workers))
     dist.init_process_group(
         "gloo",
         init_method=f"tcp://127.0.0.1:{port}",  # loopback: nothing outside this machine joins
@@ -332,7 +333,7 @@ def _torchrun_worker(config_file: str) -> None:
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
     restarted = restarted and checkpoints.latest(Path(cfg.out)) is not None
     local = int(os.environ.get("LOCAL_WORLD_SIZE", cfg.workers))
-    torch.set_num_threads(_threads(cfg, local))
+    use_threads(_threads(cfg, local))
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=cfg.timeout))
     try:
         train_worker(cfg, None if restarted else resume)
