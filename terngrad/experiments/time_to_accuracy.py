@@ -120,7 +120,9 @@ class AccuracyComparison(Comparison):
 
     def check(self, runs: list[Run]) -> None:
         """Every check that needs nothing built: methods, target, rate, ranks, root, data, the
-        model's inputs; ``ValueError`` with one line for the first that fails."""
+        model's inputs, the folder of each run not yet finished (a finished run's checkpoint
+        is never read again: one that diverged to NaN holds a loss no run resumes from);
+        ``ValueError`` with one line for the first that fails."""
         testbed.rate_bits(self.bandwidth)
         testbed.Testbed(self.base.workers, self.bandwidth, self.prefix)  # 2 to 8 ranks
         try:
@@ -132,7 +134,8 @@ class AccuracyComparison(Comparison):
         check_data(self.base)  # a missing data set or a too large batch fails here, once
         for r in runs:
             check_launch(r.config)
-            run_folder.prepare_out(r.config)  # an unwritable folder or another run's files
+            if self.finished(r) is None:  # (a finished run's summary alone is read back)
+                run_folder.prepare_out(r.config)  # an unwritable folder or another run's files
 
     @contextlib.contextmanager
     def session(

@@ -221,3 +221,21 @@ def test_the_sweep_sets_every_bandwidth_side_by_side(tmp_path):
     merged = sweep.with_earlier_links(tmp_path, [tuned[0]])
     assert [r["bandwidth"] for r in merged] == ["unlimited", "25mbit"]  # fastest first
     assert sweep.with_earlier_links(tmp_path / "25mbit", [tuned[0]]) == [tuned[0]]
+
+
+def test_a_finished_run_is_read_back_whatever_its_checkpoint(tmp_path, monkeypatch):
+    """A race read back checks only the folders of the runs still to train: a finished run's
+    newest checkpoint (here not one at all; in the race, a PowerSGD run that diverged to NaN,
+    which no run may resume from) is never read again."""
+    from terngrad.bench import testbed
+
+    monkeypatch.setattr(testbed, "check_host", lambda: None)
+    plan = tta.AccuracyComparison(accuracy_base(tmp_path), ("fp32",), "100mbit", 0.9)
+    (run,) = plan.plan()
+    out = tmp_path / "fp32"
+    out.mkdir()
+    (out / "checkpoint-00000010.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="checkpoint"):
+        plan.check([run])  # not finished: the checkpoint it would resume from is refused
+    (out / "summary.json").write_text(json.dumps({"config": run.config.to_dict()}))
+    plan.check([run])
