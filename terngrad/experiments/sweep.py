@@ -113,8 +113,7 @@ def _fastest(point: dict[str, Any], pytorch: bool | None) -> dict[str, Any] | No
     reached = [
         {"method": name, "seconds": m["seconds_to_target"]}
         for name, m in point["methods"].items()
-        if m["seconds_to_target"] is not None
-        and (pytorch is None or _is_pytorchs(name) == pytorch)
+        if m["seconds_to_target"] is not None and (pytorch is None or _is_pytorchs(name) == pytorch)
     ]
     return min(reached, key=lambda r: r["seconds"], default=None)
 
