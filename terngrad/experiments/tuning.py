@@ -308,7 +308,13 @@ class LrTuning(Comparison):
         return self.inner.describe(summary)
 
     def report(self, runs: list[Run], summaries: list[dict[str, Any]], out: Path) -> str:
+        """The record, its table and its plot, of this call's methods and of every method an
+        earlier call tuned into the same folder (a sweep tunes its methods over several calls:
+        the report of the last keeps the others')."""
         tuned = summarise(self, runs, summaries)
+        path = out / RECORD
+        if path.exists():
+            tuned = _with_earlier(tuned, read_json(path, "tuning record"))
         atomic_write_text(out / RECORD, json.dumps(tuned, indent=2) + "\n")
         text = markdown(tuned)
         atomic_write_text(out / "tuning.md", text)
@@ -428,6 +434,17 @@ def summarise(plan: LrTuning, runs: list[Run], summaries: list[dict[str, Any]]) 
             for name, pts in by_method.items()
         },
     }
+
+
+def _with_earlier(record: dict[str, Any], earlier: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` with the methods of ``earlier`` (the folder's record, made for the same
+    tuning: :meth:`LrTuning.check_record`) that it lacks, after its own; the rates, the union."""
+    kept = {k: v for k, v in earlier.get("methods", {}).items() if k not in record["methods"]}
+    if not kept:
+        return record
+    lrs = sorted({*record["lrs"], *earlier.get("lrs", [])})
+    outer = sorted({*record["outer_lrs"], *earlier.get("outer_lrs", [])})
+    return {**record, "lrs": lrs, "outer_lrs": outer, "methods": {**record["methods"], **kept}}
 
 
 def chosen_settings(record: Mapping[str, Any]) -> dict[str, dict[str, float]]:

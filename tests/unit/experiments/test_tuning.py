@@ -186,6 +186,26 @@ def test_the_record_the_report_and_the_race_at_the_rates_chosen(tmp_path):
             other.check_record()
 
 
+def test_a_tuning_made_over_several_calls_reports_every_method_tuned(tmp_path):
+    """A sweep tunes some methods in one call and others in the next (same folder, same
+    recipe): the last call's record, table and plot keep the earlier methods."""
+    first = tuning.LrTuning.of(_race(tmp_path, methods=("fp32",)), tuning.LrGrid((0.01, 0.02), 1000))
+    for r in first.plan():
+        _finish(r.config, [0.5, 0.91])
+    comparison.report_only(first, first.out)
+    then = tuning.LrTuning.of(_race(tmp_path, methods=("terngrad-local5",)),
+                              tuning.LrGrid((0.02, 0.05), 1000))  # fmt: skip
+    for r in then.plan():
+        _finish(r.config, [0.92])
+    text = comparison.report_only(then, then.out)
+    record = json.loads((then.out / tuning.RECORD).read_text())
+    assert list(record["methods"]) == ["terngrad-local5", "fp32"]
+    assert record["lrs"] == [0.01, 0.02, 0.05]  # every rate either call tuned
+    assert "| fp32 | **20** | 20 | - |" in text  # (a tie: the smaller rate)
+    assert "| terngrad-local5 | - | **10** | 10 |" in text
+    assert tuning.chosen_settings(record) == {"terngrad-local5": {"lr": 0.02}, "fp32": {"lr": 0.01}}
+
+
 def test_a_loss_target_from_fp32s_tuned_loss():
     record = {"methods": {"fp32": {
         "chosen": {"lr": 4e-3, "outer_lr": None, "why": ""},
