@@ -189,7 +189,8 @@ def test_the_record_the_report_and_the_race_at_the_rates_chosen(tmp_path):
 def test_a_tuning_made_over_several_calls_reports_every_method_tuned(tmp_path):
     """A sweep tunes some methods in one call and others in the next (same folder, same
     recipe): the last call's record, table and plot keep the earlier methods."""
-    first = tuning.LrTuning.of(_race(tmp_path, methods=("fp32",)), tuning.LrGrid((0.01, 0.02), 1000))
+    grid = tuning.LrGrid((0.01, 0.02), 1000)
+    first = tuning.LrTuning.of(_race(tmp_path, methods=("fp32",)), grid)
     for r in first.plan():
         _finish(r.config, [0.5, 0.91])
     comparison.report_only(first, first.out)
