@@ -199,11 +199,15 @@ def markdown(sweep: dict[str, Any]) -> str:
     )
 
 
-def plot(sweep: dict[str, Any], path: Path) -> dict[str, list[float]]:
+def plot(
+    sweep: dict[str, Any], path: Path
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Seconds to target against the link's rate (left) and against comm / compute (right),
     a line per method with the seeds' spread, from the slowest link to the fastest whatever
     the order swept; 'unlimited' drawn right of the fastest rate, the ticks at the rates swept.
-    Returns each method's rates as drawn, in order."""
+    A link where a method ran but some seed never reached the target breaks its line and is
+    drawn as a cross at the top (no mean to draw; a line across it would suggest one).
+    Returns each method's rates drawn as points, and those drawn as crosses, in order."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -212,27 +216,49 @@ def plot(sweep: dict[str, Any], path: Path) -> dict[str, list[float]]:
     rates = [p["mbit_per_s"] for p in sweep["points"] if p["mbit_per_s"]]
     free = 4 * max(rates) if rates else 1e4  # where 'unlimited' is drawn
     points = sorted(sweep["points"], key=lambda p: p["mbit_per_s"] or free)
-    fig, (by_rate, by_ratio) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    fig, (by_rate, by_ratio) = plt.subplots(1, 2, figsize=(12, 5.2), sharey=True)
     drawn: dict[str, list[float]] = {}
+    missed: dict[str, list[tuple[float, float | None, str]]] = {}
     for name in _method_names(sweep):
         xs, ratios, ys, errs = [], [], [], []
         for p in points:
             m = p["methods"].get(name)
-            if not m or m["seconds_to_target"] is None:
+            if not m:
                 continue
-            xs.append(p["mbit_per_s"] or free)
-            ratios.append(p["communication_over_compute"])
+            x, ratio = p["mbit_per_s"] or free, p["communication_over_compute"]
+            if m["seconds_to_target"] is None:  # ran, not reached: a gap in the line
+                xs.append(x)
+                ratios.append(ratio)
+                ys.append(math.nan)
+                errs.append(0.0)
+                continue
+            xs.append(x)
+            ratios.append(ratio)
             ys.append(m["seconds_to_target"])
             errs.append(m["seconds_to_target_sd"] or 0.0)
-        if not ys:
+        reached = [x for x, y in zip(xs, ys, strict=True) if not math.isnan(y)]
+        if reached:
+            drawn[name] = reached
+            bars = by_rate.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=name)
+            color = bars.lines[0].get_color()
+        elif xs:  # never reached: its crosses alone
+            color = by_rate.plot([], [], "x", label=f"{name}: not reached")[0].get_color()
+        else:
             continue
-        drawn[name] = xs
-        bars = by_rate.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=name)
+        missed[name] = [(x, r, color) for x, r, y in zip(xs, ratios, ys, strict=True)
+                        if math.isnan(y)]  # fmt: skip
         kept = [(r, y, e) for r, y, e in zip(ratios, ys, errs, strict=True) if r]
         if kept:
             r, y, e = zip(*kept, strict=True)
-            by_ratio.errorbar(r, y, yerr=e, marker="o", capsize=3, label=name,
-                              color=bars.lines[0].get_color())  # fmt: skip
+            by_ratio.errorbar(r, y, yerr=e, marker="o", capsize=3, label=name, color=color)
+    top = by_rate.get_ylim()[1]
+    for marks in missed.values():
+        for x, ratio, color in marks:
+            by_rate.plot([x], [top], "x", color=color, markersize=8, clip_on=False)
+            if ratio:
+                by_ratio.plot([ratio], [top], "x", color=color, markersize=8, clip_on=False)
+    if any(missed.values()):
+        by_rate.plot([], [], "x", color="gray", label="not reached by every seed")
     by_rate.set_xscale("log")
     by_rate.set_yscale("log")
     by_ratio.set_xscale("log")
@@ -247,17 +273,18 @@ def plot(sweep: dict[str, Any], path: Path) -> dict[str, list[float]]:
     for ax in (by_rate, by_ratio):
         ax.grid(True, which="both", alpha=0.3)
     if drawn:
-        by_rate.legend()
+        fig.legend(*by_rate.get_legend_handles_labels(), loc="lower center", fontsize=8,
+                   ncol=min(5, len(by_rate.get_legend_handles_labels()[1])))  # fmt: skip
     fig.suptitle(
         f"{sweep['model']} on {sweep['dataset']}, {sweep['workers']} ranks: time to "
         f"{target} against the link (measured, mean over seeds)"
     )
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.12, 1, 1))  # the legend below, clear of the crosses on top
     try:
         atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))
     finally:
         plt.close(fig)
-    return drawn
+    return drawn, {name: [x for x, _, _ in marks] for name, marks in missed.items() if marks}
 
 
 def write(out: Path, results: list[dict[str, Any]]) -> str:

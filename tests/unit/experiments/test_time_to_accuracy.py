@@ -186,8 +186,19 @@ def test_the_sweep_sets_every_bandwidth_side_by_side(tmp_path):
         [results("100mbit", 200.0, 70.0), results("25mbit", 800.0, 100.0),
          results("unlimited", 50.0, 60.0)]
     )  # fmt: skip
-    drawn = sweep.plot(out_of_order, tmp_path / "again.png")
+    drawn, missed = sweep.plot(out_of_order, tmp_path / "again.png")
     assert drawn == {"fp32": [25.0, 100.0, 400.0], "terngrad": [25.0, 100.0, 400.0]}
+    assert missed == {}
+    # a link where a seed never got there: a cross, and no line drawn through it
+    gap = results("100mbit", 200.0, 70.0)
+    gap["methods"][1]["reached"] = None
+    gapped = sweep.summarise([gap, results("25mbit", 800.0, 100.0), results("unlimited", 50, 60)])
+    drawn, missed = sweep.plot(gapped, tmp_path / "gap.png")
+    assert drawn["terngrad"] == [25.0, 400.0] and missed == {"terngrad": [100.0]}
+    for r in gapped["points"]:  # a method no seed ever got there with: crosses alone
+        r["methods"]["terngrad"]["seconds_to_target"] = None
+    drawn, missed = sweep.plot(gapped, tmp_path / "gap.png")
+    assert list(drawn) == ["fp32"] and missed == {"terngrad": [25.0, 100.0, 400.0]}
     plan = tta.AccuracyComparison(accuracy_base(tmp_path), ("fp32",), "1gbit", 0.9)
     assert [p.base.out for p in sweep.comparisons(plan, ["1gbit", "25mbit"])] == [
         str(tmp_path / "1gbit"), str(tmp_path / "25mbit"),
