@@ -40,7 +40,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import MISSING, dataclass
 from typing import Any
 
@@ -172,6 +172,13 @@ def given(args: argparse.Namespace, config: type, exclude: Collection[str] = ())
         if value is not None:
             out[f.name] = value
     return out
+
+
+def spelling(*configs: type) -> Callable[[str], str]:
+    """A setting's name as the command line writes it (``local_steps``: ``--local-steps``),
+    a field of ``configs`` by its flag, any other name (a quantizer's option) by its dashes."""
+    flags = {f.name: flag_name(f, s) for c in configs for f, s in settings_of(c)}
+    return lambda name: flags.get(name) or "--" + name.replace("_", "-")
 
 
 class Deprecated(argparse.Action):

@@ -14,6 +14,7 @@ from terngrad.cli.flags import (
     given,
     non_negative_int,
     positive_int,
+    spelling,
 )
 
 
@@ -49,10 +50,11 @@ def config(args: argparse.Namespace, **fixed: Any):
     """The run's :class:`~terngrad.train.config.TrainConfig` from the training flags (and
     ``fixed`` settings of the command), checked where it is made; with ``--method``, that
     method's (:func:`~terngrad.train.configure.configure`), the exchange flags given put over
-    it."""
+    it, and a flag of what the method decides otherwise (``--local-steps 8`` with a method
+    whose H is 1) refused in one line."""
     from terngrad.comm import Options, methods
     from terngrad.train.config import TrainConfig
-    from terngrad.train.configure import configure
+    from terngrad.train.configure import METHOD_SETTINGS, configure, refuse_disagreements
 
     settings = {**given(args, TrainConfig), **fixed}
     exchange = exchange_settings(args)
@@ -60,9 +62,12 @@ def config(args: argparse.Namespace, **fixed: Any):
         return TrainConfig(**settings, exchange=Options(**exchange))
     if settings.get("baseline") is not None:
         raise ValueError("give --method or --baseline, not both (fp32, fp16, powersgd are methods)")
-    base = TrainConfig(**settings)
-    steps = exchange.pop("full_precision_steps", None)
-    return configure(methods.get(args.method), base, base.out, exchange, steps)
+    base = TrainConfig(**{k: v for k, v in settings.items() if k not in METHOD_SETTINGS})
+    method = methods.get(args.method)
+    over = {k: v for k, v in exchange.items() if k != "full_precision_steps"}
+    cfg = configure(method, base, base.out, over, exchange.get("full_precision_steps"))
+    refuse_disagreements(cfg, method, settings, exchange, spelling(TrainConfig, Options))
+    return cfg
 
 
 def train(args: argparse.Namespace) -> int:

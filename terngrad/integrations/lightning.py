@@ -47,6 +47,7 @@ from terngrad.integrations import checkpoints
 from terngrad.integrations.common import (
     drop_gradients,
     fully_sharded,
+    local_steps_of,
     loss_scaling_refused,
     register_sharded,
     warn_one_process,
@@ -74,6 +75,7 @@ class TernGradCallback(Callback):
                  outer_momentum: float = 0.9, overlap: bool = False,
                  max_comm_share: float = 0.1, **settings: Any) -> None:  # fmt: skip
         super().__init__()
+        local_steps, overlap = local_steps_of(settings, local_steps, overlap)
         local = dict(local_steps=local_steps, outer_lr=outer_lr, outer_momentum=outer_momentum,
                      overlap=overlap, max_comm_share=max_comm_share)  # fmt: skip
         check_outer_settings(**local)

@@ -82,6 +82,7 @@ from terngrad.integrations import accelerate, checkpoints
 from terngrad.integrations.common import (
     drop_gradients,
     fully_sharded,
+    local_steps_of,
     loss_scaling_refused,
     register_sharded,
     warn_one_process,
@@ -119,6 +120,7 @@ class TernGradCallback(TrainerCallback):
                  local_steps: int | str = 1, outer_lr: float = 0.7, outer_momentum: float = 0.9,
                  overlap: bool = False, max_comm_share: float = 0.1,
                  **settings: Any) -> None:  # fmt: skip
+        local_steps, overlap = local_steps_of(settings, local_steps, overlap)
         local = dict(local_steps=local_steps, outer_lr=outer_lr, outer_momentum=outer_momentum,
                      overlap=overlap, max_comm_share=max_comm_share)  # fmt: skip
         check_outer_settings(**local)

@@ -161,6 +161,33 @@ def test_plain_ddp_example_runs():
     assert "terngrad/sharded on 2 ranks" in done.stdout
 
 
+def test_both_callbacks_take_a_method_of_local_steps_whole():
+    """``method="terngrad-local16"`` was refused by both callbacks (the hook alone has no local
+    steps), though they run local steps from keywords: its H and overlap become the callback's
+    DiLoCo settings, the rest its hook's; a keyword that says otherwise is refused in one
+    line, not dropped."""
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    from terngrad.integrations.lightning import TernGradCallback as LightningCallback
+    from terngrad.integrations.transformers import TernGradCallback as TrainerCallback
+
+    for callback, options in ((TrainerCallback, "options"), (LightningCallback, "_options")):
+        whole = callback(method="terngrad-ef-local16-overlap", outer_lr=0.5)
+        assert (whole.local["local_steps"], whole.local["overlap"]) == (16, True)
+        assert whole.local["outer_lr"] == 0.5
+        hook = getattr(whole, options)
+        assert hook.error_feedback and hook.quantizer == "terngrad"
+        assert callback(method="terngrad-local16", local_steps=16).local["local_steps"] == 16
+        # a method of one step: a keyword adds local steps, as without a method
+        assert callback(method="terngrad-ef", local_steps=8).local["local_steps"] == 8
+        for keywords, words in (
+            ({"local_steps": 8}, r"local_steps=8 is not what method terngrad-local16 runs "
+                                 r"\(local_steps=16\)"),
+            ({"overlap": True}, r"overlap=True is not what method terngrad-local16 runs"),
+        ):  # fmt: skip
+            with pytest.raises(ValueError, match=words):
+                callback(method="terngrad-local16", **keywords)
+
+
 def test_lightning_callback_refuses_a_strategy_without_ddp():
     from terngrad.integrations.lightning import TernGradCallback
 

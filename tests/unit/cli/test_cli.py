@@ -99,6 +99,51 @@ def test_exchange_flags_go_over_a_method():
     assert old.exchange == b512
 
 
+def test_a_flag_the_method_decides_otherwise_is_refused_not_dropped(capsys):
+    """``--method`` decides local steps, overlap, PowerSGD's rank and the warm-up: a flag that
+    says otherwise was dropped unsaid (``--method terngrad-ef --local-steps 8`` trained at
+    H = 1); it is refused in one line naming both, and the method that runs it."""
+    from terngrad.cli import build_parser
+    from terngrad.cli.train import config
+
+    def run(*flags):
+        return config(build_parser().parse_args(["train", "--out", "x", *flags]), out="x")
+
+    refused = {
+        ("--method", "terngrad-ef", "--local-steps", "8", "--steps", "16"):
+            "--local-steps 8 is not what terngrad-ef runs (--local-steps 1); the method that "
+            "does is terngrad-ef-local8: name it, or leave out --local-steps",
+        ("--method", "terngrad-local25", "--outer-overlap", "--steps", "50"):
+            "--outer-overlap is not what terngrad-local25 runs (without --outer-overlap); the "
+            "method that does is terngrad-local25-overlap",
+        ("--method", "powersgd", "--powersgd-rank", "4"):
+            "the method that does is powersgd-r4",
+        ("--method", "terngrad", "--full-precision-steps", "5"):
+            "--full-precision-steps 5 is not what terngrad runs (--full-precision-steps 0); a "
+            "warm-up is a share of the steps in the method's name (terngrad-warmup0.1, say)",
+        ("--method", "fp32", "--error-feedback"):
+            "--error-feedback is not what fp32 runs (without --error-feedback); no method does",
+    }  # fmt: skip
+    for flags, words in refused.items():
+        with pytest.raises(ValueError) as exc:
+            run(*flags)
+        assert words in str(exc.value), flags
+    # agreeing with the method, or a count over its warm-up share: trained as given
+    same = run("--method", "terngrad-local25", "--local-steps", "25", "--steps", "50")
+    assert same.local_steps == 25
+    warm = run("--method", "terngrad-warmup0.2", "--full-precision-steps", "5", "--steps", "50")
+    assert warm.exchange.full_precision_steps == 5
+    # through the command: one line, status 2, nothing run
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--out", "x", "--method", "terngrad-ef", "--local-steps", "8"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "terngrad: error: --local-steps 8 is not what terngrad-ef runs (--local-steps 1); the "
+        "method that does is terngrad-ef-local8: name it, or leave out --local-steps"
+    ]
+
+
 def test_the_training_flags_are_the_configs_fields():
     """Every setting of TrainConfig and Options has its flag, with the config's default: a
     default or a range is written once, in the config."""
