@@ -89,6 +89,11 @@ __all__ = [
 STATE_FORMAT = 2
 STATE_KEYS = ("local_steps", "inner_steps", "outer_steps", "skipped_outer_steps", "anchor",
                "outer_optimizer", "exchange", "inner_optimizer", "overlap", "pending")  # fmt: skip
+#: the parts of a saved state that are the same on every rank, bit for bit: every replica
+#: starts an outer step from one anchor, and every rank's outer optimizer steps on the same
+#: exact average. A checkpoint may take them from one rank (``terngrad train``'s does: rank
+#: 0's, the most of a state's bytes left off the network)
+REPLICATED_STATE = ("anchor", "outer_optimizer")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from terngrad.diloco import DiLoCo
+from terngrad.diloco import REPLICATED_STATE, DiLoCo
 
 
 def model() -> nn.Module:
@@ -66,6 +66,7 @@ def train(rank: int, world: int, steps: int, local_steps: int, settings: dict,
         out["params"].append(_params(net))
         out["bytes"].append(outer.stats.bytes_sent)
     out["anchor"] = [a.detach().clone() for a in outer.anchor]
+    out["replicated"] = {k: copy.deepcopy(outer.state_dict()[k]) for k in REPLICATED_STATE}
     out["stats"] = outer.stats
     out["local_steps"], out["auto"] = outer.local_steps, outer.auto
     outer.finish()

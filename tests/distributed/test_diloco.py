@@ -33,6 +33,19 @@ def test_replicas_restart_from_one_anchor_at_every_outer_step(ternary):
         assert same == ((step + 1) % H == 0), step  # equal after an outer step only
     for r in ranks[1:]:
         assert all(torch.equal(a, b) for a, b in zip(ranks[0]["anchor"], r["anchor"], strict=True))
+        # what a checkpoint takes from rank 0 alone is every rank's, bit for bit
+        assert _bitwise_equal(ranks[0]["replicated"], r["replicated"])
+
+
+def _bitwise_equal(a, b) -> bool:
+    """Nested dicts, lists and tensors equal, tensors bit for bit."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_bitwise_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(_bitwise_equal(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
 
 
 def test_the_outer_step_is_nesterov_sgd_on_the_mean_pseudo_gradient():
