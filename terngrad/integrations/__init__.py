@@ -12,3 +12,16 @@ checkpoints.
 Each module imports its framework only when used; docs/integrations.md has a complete script
 for each.
 """
+
+import importlib
+from types import ModuleType
+
+#: reached as ``terngrad.integrations.transformers`` after ``import terngrad``; each imported
+#: (with its framework) at first use
+LAZY = ("accelerate", "checkpoints", "common", "lightning", "transformers")
+
+
+def __getattr__(name: str) -> ModuleType:
+    if name in LAZY:
+        return importlib.import_module(f"terngrad.integrations.{name}")
+    raise AttributeError(f"module 'terngrad.integrations' has no attribute {name!r}")

@@ -9,11 +9,15 @@
 * The README stays short: at most 150 lines; the rest lives in docs/.
 * Every relative link of README.md and docs/*.md points to a file or folder that exists
   (relative to the page; anchors are not checked).
+* Every ``terngrad.<...>`` name in the README's Python blocks resolves after a plain
+  ``import terngrad`` (a block pasted as it is runs).
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,3 +92,21 @@ def test_every_relative_link_points_to_a_file_that_exists():
         if not (page.parent / target.split("#")[0]).exists()
     ]
     assert not broken, "links to nothing:\n" + "\n".join(broken)
+
+
+def test_every_terngrad_name_in_the_readmes_python_resolves_after_import_terngrad():
+    """``terngrad.diloco.DiLoCo`` pasted after ``import terngrad`` raised AttributeError (a
+    submodule not imported by the package): each name is looked up attribute by attribute
+    in a fresh interpreter, which has imported nothing else."""
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", text, re.DOTALL | re.MULTILINE)
+    names = sorted({m for b in blocks for m in re.findall(r"\bterngrad(?:\.\w+)+", b)})
+    assert "terngrad.diloco.DiLoCo" in names and len(names) >= 8, names
+    script = (
+        "import functools, sys, terngrad\n"
+        "for name in sys.argv[1:]:\n"
+        "    functools.reduce(getattr, name.split('.')[1:], terngrad)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, *names], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
