@@ -13,8 +13,16 @@ import torch
 from terngrad.comm.synchronizer import Synchronizer
 from terngrad.util.settings import FRACTION, POSITIVE
 
-__all__ = ["AUTO_MAX_LOCAL_STEPS", "AUTO_PROBE_STEPS", "check_outer_settings",
-           "choose_local_steps", "cloned", "outer_sgd", "time_exchange"]  # fmt: skip
+__all__ = ["AUTO_MAX_LOCAL_STEPS", "AUTO_PROBE_STEPS", "MAX_COMM_SHARE", "OUTER_LR",
+           "OUTER_MOMENTUM", "check_outer_settings", "choose_local_steps", "cloned", "outer_sgd",
+           "time_exchange"]  # fmt: skip
+
+#: DiLoCo's outer step (its paper's): SGD at this rate with Nesterov momentum 0.9 — the one
+#: place these defaults are written (``DiLoCo``, ``terngrad train``, both callbacks)
+OUTER_LR = 0.7
+OUTER_MOMENTUM = 0.9
+#: ``local_steps="auto"``: the largest share of the time the outer exchange may take
+MAX_COMM_SHARE = 0.1
 
 #: ``local_steps="auto"`` decides ``H`` at this inner step, from the seconds between the
 #: :meth:`DiLoCo.step` calls before it (the first step, with its warm-up, left out)
@@ -51,11 +59,11 @@ def choose_local_steps(
 
 def check_outer_settings(
     local_steps: int | str = 16,
-    outer_lr: float = 0.7,
-    outer_momentum: float = 0.9,
+    outer_lr: float = OUTER_LR,
+    outer_momentum: float = OUTER_MOMENTUM,
     nesterov: bool | None = None,
     overlap: bool = False,
-    max_comm_share: float = 0.1,
+    max_comm_share: float = MAX_COMM_SHARE,
     auto_choices: Sequence[int] | None = None,
 ) -> list[int]:
     """``ValueError`` with one line for the first of :class:`DiLoCo`'s own settings out of

@@ -52,6 +52,7 @@ from terngrad.integrations.common import (
     register_sharded,
     warn_one_process,
 )
+from terngrad.local_steps import MAX_COMM_SHARE, OUTER_LR, OUTER_MOMENTUM
 
 try:  # the unified package, or the standalone one
     from lightning.pytorch import Callback
@@ -71,9 +72,10 @@ class TernGradCallback(Callback):
     """
 
     def __init__(self, quantizer: str = "terngrad", topology: str = "sharded", *,
-                 state: State | None = None, local_steps: int | str = 1, outer_lr: float = 0.7,
-                 outer_momentum: float = 0.9, overlap: bool = False,
-                 max_comm_share: float = 0.1, **settings: Any) -> None:  # fmt: skip
+                 state: State | None = None, local_steps: int | str = 1,
+                 outer_lr: float = OUTER_LR, outer_momentum: float = OUTER_MOMENTUM,
+                 overlap: bool = False, max_comm_share: float = MAX_COMM_SHARE,
+                 **settings: Any) -> None:  # fmt: skip
         super().__init__()
         local_steps, overlap = local_steps_of(settings, local_steps, overlap)
         local = dict(local_steps=local_steps, outer_lr=outer_lr, outer_momentum=outer_momentum,

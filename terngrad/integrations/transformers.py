@@ -87,6 +87,7 @@ from terngrad.integrations.common import (
     register_sharded,
     warn_one_process,
 )
+from terngrad.local_steps import MAX_COMM_SHARE, OUTER_LR, OUTER_MOMENTUM
 
 __all__ = ["DEFAULT_METHOD", "TernGradCallback"]
 
@@ -117,8 +118,9 @@ class TernGradCallback(TrainerCallback):
     """
 
     def __init__(self, quantizer: str | None = None, topology: str = "sharded", *,
-                 local_steps: int | str = 1, outer_lr: float = 0.7, outer_momentum: float = 0.9,
-                 overlap: bool = False, max_comm_share: float = 0.1,
+                 local_steps: int | str = 1, outer_lr: float = OUTER_LR,
+                 outer_momentum: float = OUTER_MOMENTUM, overlap: bool = False,
+                 max_comm_share: float = MAX_COMM_SHARE,
                  **settings: Any) -> None:  # fmt: skip
         local_steps, overlap = local_steps_of(settings, local_steps, overlap)
         local = dict(local_steps=local_steps, outer_lr=outer_lr, outer_momentum=outer_momentum,

@@ -21,7 +21,7 @@ from typing import Any
 from terngrad.comm import Options
 from terngrad.comm.method_spec import Method
 from terngrad.comm.options import MAX_TIMEOUT
-from terngrad.local_steps import AUTO_PROBE_STEPS
+from terngrad.local_steps import AUTO_PROBE_STEPS, MAX_COMM_SHARE, OUTER_LR, OUTER_MOMENTUM
 from terngrad.train import baselines, models, schedule
 from terngrad.train import data as datasets
 from terngrad.util.differences import differences
@@ -146,13 +146,13 @@ class TrainConfig:
         "compute, its update applied one outer step late", _OPT,
     )  # fmt: skip
     max_comm_share: float = setting(
-        0.1, "with --local-steps auto: the largest share of the time the outer exchange may "
-        "take", _OPT, SHARE,
+        MAX_COMM_SHARE, "with --local-steps auto: the largest share of the time the outer "
+        "exchange may take", _OPT, SHARE,
     )  # fmt: skip
-    outer_lr: float = setting(0.7, "with --local-steps: the outer SGD's learning rate", _OPT,
+    outer_lr: float = setting(OUTER_LR, "with --local-steps: the outer SGD's learning rate", _OPT,
                               POSITIVE)  # fmt: skip
     outer_momentum: float = setting(
-        0.9,
+        OUTER_MOMENTUM,
         "with --local-steps: the outer SGD's Nesterov momentum, [0, 1) (0: plain SGD, "
         "with --outer-lr 1 the replicas' average)",
         _OPT,

@@ -54,3 +54,29 @@ def test_the_outer_step_is_nesterovs_where_there_is_momentum_and_plain_sgd_witho
         group = outer_sgd(anchor, 0.7, momentum, nesterov).param_groups[0]
         assert (group["lr"], group["momentum"], group["nesterov"]) == (0.7, momentum, expected)
     assert check_outer_settings(outer_momentum=0.0) == list(range(1, 501))  # no refusal
+
+
+def test_diloco_s_defaults_are_written_once():
+    """DiLoCo's outer rate, momentum and auto's share were written in five places; each entry
+    point's default is now the one constant itself (a literal 0.7 elsewhere is another
+    object, and fails here)."""
+    import dataclasses
+    import inspect
+
+    from terngrad import local_steps
+    from terngrad.diloco import DiLoCo
+    from terngrad.train.config import TrainConfig
+
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    pytest.importorskip("lightning")
+    from terngrad.integrations import lightning, transformers
+
+    constants = {"outer_lr": local_steps.OUTER_LR, "outer_momentum": local_steps.OUTER_MOMENTUM,
+                 "max_comm_share": local_steps.MAX_COMM_SHARE}  # fmt: skip
+    fields = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    for name, constant in constants.items():
+        assert fields[name] is constant, ("TrainConfig", name)
+        for entry in (DiLoCo, check_outer_settings, lightning.TernGradCallback,
+                      transformers.TernGradCallback):  # fmt: skip
+            default = inspect.signature(entry).parameters[name].default
+            assert default is constant, (entry.__name__, name, default)
