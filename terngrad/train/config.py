@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from terngrad.comm import Options
-from terngrad.comm.method_spec import Method
+from terngrad.comm.method_spec import FrozenVariance, LocalVariance, Method
 from terngrad.comm.options import MAX_TIMEOUT
 from terngrad.local_steps import AUTO_PROBE_STEPS, MAX_COMM_SHARE, OUTER_LR, OUTER_MOMENTUM
 from terngrad.train import baselines, models, schedule
@@ -270,11 +270,26 @@ class TrainConfig:
 
     @property
     def method(self) -> str:
-        """How gradients are averaged, in a word: the baseline's method name (``powersgd-r8``)
-        or the quantizer's."""
+        """The method this run trains with, by the one naming rule (``terngrad-ef-local8``,
+        ``powersgd-r4``, ``terngrad-b512-ef-localvar100``): PyTorch's baseline, or the hook's
+        exchange with its optimizer recipe, full-precision warm-up (as its share of the steps)
+        and local steps — the name a run made by ``--method`` was given, and what one made
+        from flags alone amounts to (the quantizer's name where no method can say it)."""
         if self.baseline is not None:
             return Method(baseline=self.baseline, powersgd_rank=self.powersgd_rank).name
-        return self.exchange.quantizer
+        x = self.exchange
+        recipe: FrozenVariance | LocalVariance | None = None
+        if self.optimizer == FrozenVariance.optimizer:
+            recipe = FrozenVariance(self.freeze_after / self.steps)
+        elif self.optimizer == LocalVariance.optimizer and self.variance_sync is not None:
+            recipe = LocalVariance(self.variance_sync)
+        own = x.replace(seed=0, timeout=None, kernels="auto", full_precision_steps=0)
+        try:
+            warmup = x.full_precision_steps / self.steps
+            return Method(exchange=own, recipe=recipe, warmup=warmup, local_steps=self.local_steps,
+                          outer_overlap=self.outer_overlap).name  # fmt: skip
+        except ValueError:
+            return x.quantizer
 
     @property
     def worker_batch(self) -> int:

@@ -95,3 +95,21 @@ def test_bad_values_are_refused_by_the_python_api_too():
     for timeout in (math.inf, 1e30, math.nan):
         with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
             Options(timeout=timeout)
+
+
+def test_a_run_of_each_method_says_that_method_whole():
+    """``summary.json``'s ``method`` held the quantizer's name alone (``terngrad`` for
+    ``terngrad-ef-local16``): it is now the run's whole method by the naming rule, the
+    name of every method of the table given to ``configure``, and a run from flags alone says
+    the method it amounts to."""
+    from terngrad.comm import methods
+    from terngrad.train.configure import configure
+
+    base = TrainConfig(optimizer="adamw", steps=1200, eval_every=400, out="x")
+    for name in methods.METHODS:
+        m = methods.get(name)
+        assert configure(m, base, "x").method == m.name, name
+    flags = TrainConfig(out="x", steps=100, eval_every=50, local_steps=25, exchange=Options(
+        error_feedback=True, quantizer_options={"bucket_size": 512}))  # fmt: skip
+    assert flags.method == "terngrad-b512-ef-local25"
+    assert TrainConfig(out="x", exchange=Options(quantizer="qsgd")).method == "qsgd-5"
