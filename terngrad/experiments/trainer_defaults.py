@@ -1,5 +1,5 @@
 """The Hugging Face Trainer as a new user runs it, with and without ``TernGradCallback``:
-which setting of the callback gives fp32's loss with the Trainer's defaults (issue 43).
+which setting of the callback gives fp32's loss with the Trainer's defaults.
 
     torchrun --standalone --nproc-per-node 2 -m terngrad.experiments.trainer_defaults \\
         --model gpt2 --setting local16 --seed 0 --out docs/results/trainer-defaults
@@ -27,7 +27,8 @@ import json
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,70 +38,68 @@ from terngrad.comm.traffic import ring_bytes
 from terngrad.train import text
 from terngrad.util.files import atomic_write_text
 
-#: TernGrad as the paper has it, a scale per tensor unless ``-b<n>`` (the callback's default
-#: before :data:`~terngrad.integrations.transformers.DEFAULT_METHOD`): the settings measured
-#: then keep their meaning through it
-TERNGRAD: dict[str, Any] = {"quantizer": "terngrad"}
 
-#: the callback's settings compared: ``None`` is plain DDP (no callback); ``default`` is
-#: ``TernGradCallback()`` as this version makes it; the others name what they change: ``hook``
-#: the per-step hook, ``local<H>`` local steps, ``-b<n>`` a scale per n elements (without it,
-#: per tensor), ``-last`` the last layer (here the tied embedding) quantized too, ``-ef``
-#: error feedback, ``-fit`` fitted scales, ``-noef`` no error feedback, ``-min0`` the small
-#: tensors quantized too, ``-qsgd5`` QSGD's 5 levels, ``-fp32`` fp32 outer gradients,
-#: ``-avg`` plain averaging as the outer step
-SETTINGS: dict[str, dict[str, Any] | None] = {
+@dataclass(frozen=True)
+class Setting:
+    """A setting of the callback compared: a ``method`` of the one table (``None``: the
+    callback's own default, :data:`~terngrad.integrations.transformers.DEFAULT_METHOD` as this
+    version has it) with ``keywords`` over it (DiLoCo's outer step)."""
+
+    method: str | None
+    keywords: Mapping[str, Any] = field(default_factory=dict)
+
+    def callback(self) -> Any:
+        """``TernGradCallback(method=..., **keywords)``."""
+        from terngrad.integrations.transformers import TernGradCallback
+
+        method = {} if self.method is None else {"method": self.method}
+        return TernGradCallback(**method, **self.keywords)
+
+
+#: plain averaging as DiLoCo's outer step: SGD at rate 1 without momentum
+AVERAGE = {"outer_lr": 1.0, "outer_momentum": 0.0}
+
+#: the callback's settings compared, by the names their records carry (``None``: plain DDP, no
+#: callback); each a method of the table (docs/methods.md) — ``hook`` the per-step hook,
+#: ``local<H>`` local steps, ``-b<n>`` a scale per n elements, ``-last`` the last layer (here
+#: the tied embedding) quantized too, ``-ef`` error feedback, ``-fit`` fitted scales, ``-noef``
+#: none, ``-min0`` the small tensors quantized too, ``-qsgd5`` QSGD's 5 levels, ``-fp32`` fp32
+#: outer gradients, ``-avg`` plain averaging as the outer step
+SETTINGS: dict[str, Setting | None] = {
     "ddp": None,
-    "default": {},
-    "hook": {"local_steps": 1, **TERNGRAD},
-    "hook-ef": {"local_steps": 1, "error_feedback": True, **TERNGRAD},
-    "hook-last": {"local_steps": 1, "quantize_last": True, **TERNGRAD},
-    "hook-ef-last": {"local_steps": 1, "error_feedback": True, "quantize_last": True,
-                     **TERNGRAD},
-    "hook-ef-fit": {"local_steps": 1, "error_feedback": True, "fit_scale": True, **TERNGRAD},
-    "hook-ef-fit-last": {"local_steps": 1, "error_feedback": True, "fit_scale": True,
-                         "quantize_last": True, **TERNGRAD},
-    "hook-b256": {"local_steps": 1, "bucket_size": 256, **TERNGRAD},
-    "hook-b64": {"local_steps": 1, "bucket_size": 64, **TERNGRAD},
-    "hook-last-b256": {"local_steps": 1, "quantize_last": True, "bucket_size": 256, **TERNGRAD},
-    "hook-last-b128": {"local_steps": 1, "quantize_last": True, "bucket_size": 128, **TERNGRAD},
-    "hook-last-b64": {"local_steps": 1, "quantize_last": True, "bucket_size": 64, **TERNGRAD},
-    "hook-last-b32": {"local_steps": 1, "quantize_last": True, "bucket_size": 32, **TERNGRAD},
-    "hook-last-min0-b64": {"local_steps": 1, "quantize_last": True, "min_numel": 0,
-                           "bucket_size": 64, **TERNGRAD},
-    "hook-last-b64-noclip": {"local_steps": 1, "quantize_last": True, "bucket_size": 64,
-                             "clip": None, **TERNGRAD},
-    "hook-last-qsgd5-b256": {"local_steps": 1, "quantize_last": True, "quantizer": "qsgd",
-                             "levels": 5, "bucket_size": 256},
-    "hook-qsgd5-b64": {"local_steps": 1, "quantizer": "qsgd", "levels": 5, "bucket_size": 64},
-    "hook-last-qsgd5-b64": {"local_steps": 1, "quantize_last": True, "quantizer": "qsgd",
-                            "levels": 5, "bucket_size": 64},
-    "local16-noef-last-qsgd5-b64": {"local_steps": 16, "error_feedback": False,
-                                    "quantize_last": True, "quantizer": "qsgd", "levels": 5,
-                                    "bucket_size": 64},
-    "local8": {"local_steps": 8, "error_feedback": True, "quantize_last": False, **TERNGRAD},
-    "local16": {"local_steps": 16, "error_feedback": True, "quantize_last": False,
-                **TERNGRAD},
-    "local8-last": {"local_steps": 8, "error_feedback": True, "quantize_last": True,
-                    **TERNGRAD},
-    "local16-last": {"local_steps": 16, "error_feedback": True, "quantize_last": True,
-                     **TERNGRAD},
-    "local16-fp32": {"local_steps": 16, "quantizer": "fp32"},
-    "local16-noef": {"local_steps": 16, "error_feedback": False, **TERNGRAD},
-    "local8-noef": {"local_steps": 8, "error_feedback": False, **TERNGRAD},
-    "local16-noef-last": {"local_steps": 16, "error_feedback": False, "quantize_last": True,
-                          **TERNGRAD},
-    "local16-noef-b64": {"local_steps": 16, "error_feedback": False, "bucket_size": 64,
-                         **TERNGRAD},
-    "local16-fit": {"local_steps": 16, "error_feedback": True, "fit_scale": True,
-                    **TERNGRAD},
-    "local16-fit-last": {"local_steps": 16, "error_feedback": True, "fit_scale": True,
-                         "quantize_last": True, **TERNGRAD},
-    "local16-avg": {"local_steps": 16, "error_feedback": True, "outer_lr": 1.0,
-                    "outer_momentum": 0.0, **TERNGRAD},
-    "local8-avg": {"local_steps": 8, "error_feedback": True, "outer_lr": 1.0,
-                   "outer_momentum": 0.0, **TERNGRAD},
-}  # fmt: skip
+    "default": Setting(None),
+    "hook": Setting("terngrad"),
+    "hook-ef": Setting("terngrad-ef"),
+    "hook-last": Setting("terngrad-last"),
+    "hook-ef-last": Setting("terngrad-last-ef"),
+    "hook-ef-fit": Setting("terngrad-ef-fit"),
+    "hook-ef-fit-last": Setting("terngrad-last-ef-fit"),
+    "hook-b256": Setting("terngrad-b256"),
+    "hook-b64": Setting("terngrad-b64"),
+    "hook-last-b256": Setting("terngrad-b256-last"),
+    "hook-last-b128": Setting("terngrad-b128-last"),
+    "hook-last-b64": Setting("terngrad-b64-last"),
+    "hook-last-b32": Setting("terngrad-b32-last"),
+    "hook-last-min0-b64": Setting("terngrad-b64-last-min0"),
+    "hook-last-b64-noclip": Setting("terngrad-b64-noclip-last"),
+    "hook-last-qsgd5-b256": Setting("qsgd-5-b256-last"),
+    "hook-qsgd5-b64": Setting("qsgd-5-b64"),
+    "hook-last-qsgd5-b64": Setting("qsgd-5-b64-last"),
+    "local16-noef-last-qsgd5-b64": Setting("qsgd-5-b64-last-local16"),
+    "local8": Setting("terngrad-ef-local8"),
+    "local16": Setting("terngrad-ef-local16"),
+    "local8-last": Setting("terngrad-last-ef-local8"),
+    "local16-last": Setting("terngrad-last-ef-local16"),
+    "local16-fp32": Setting("fp32-sharded-local16"),
+    "local16-noef": Setting("terngrad-local16"),
+    "local8-noef": Setting("terngrad-local8"),
+    "local16-noef-last": Setting("terngrad-last-local16"),
+    "local16-noef-b64": Setting("terngrad-b64-local16"),
+    "local16-fit": Setting("terngrad-ef-fit-local16"),
+    "local16-fit-last": Setting("terngrad-last-ef-fit-local16"),
+    "local16-avg": Setting("terngrad-ef-local16", AVERAGE),
+    "local8-avg": Setting("terngrad-ef-local8", AVERAGE),
+}
 MODELS = ("gpt2", "bert")
 CONTEXT = 128  # bytes a window
 BATCH = 16  # windows per rank and step
@@ -188,9 +187,9 @@ def build_model(name: str) -> torch.nn.Module:
     return BertForMaskedLM(config)
 
 
-def counted_bytes(model: torch.nn.Module, settings: dict[str, Any] | None,
+def counted_bytes(model: torch.nn.Module, setting: Setting | None,
                   world: int = 2) -> tuple[float, int]:  # fmt: skip
-    """The bytes per step per rank that ``TernGradCallback(**settings)`` sends for ``model``
+    """The bytes per step per rank that ``setting``'s callback sends for ``model``
     on ``world`` ranks (``None``: DDP's), and DDP's fp32 ring all-reduce's, from the shapes
     alone (a model on the meta device will do) through the traffic model that
     ``tests/distributed/test_traffic_model.py`` checks against the hook's counters: a steady
@@ -199,7 +198,6 @@ def counted_bytes(model: torch.nn.Module, settings: dict[str, Any] | None,
     from terngrad.bench.traffic_model import transfers
     from terngrad.comm.methods import Method
     from terngrad.comm.plans import last_layer_names
-    from terngrad.integrations.transformers import TernGradCallback
 
     last = last_layer_names(model)
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -209,9 +207,9 @@ def counted_bytes(model: torch.nn.Module, settings: dict[str, Any] | None,
     )
     profile = Profile("model", params, 0.0)
     fp32 = ring_bytes(4 * profile.numel, world)
-    if settings is None:
+    if setting is None:
         return float(fp32), fp32
-    callback = TernGradCallback(**settings)
+    callback = setting.callback()
     h = callback.local["local_steps"] if callback.local else 1
     method = Method(exchange=callback.options, local_steps=h)
     sent = sum(t.ranks[0].sent * t.weight for t in transfers(profile, method, world))
@@ -262,7 +260,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--report", action="store_true",
                         help="no training: write --out's results.md from its records")  # fmt: skip
     args = parser.parse_args(argv)
-    local = (SETTINGS[args.setting] or {}).get("local_steps", 1)
+    setting = SETTINGS[args.setting]
+    made = None if setting is None else setting.callback().local
+    local = 1 if made is None else made["local_steps"]
     for name in ("steps", "eval_every"):
         value = getattr(args, name)
         if value < 1 or (isinstance(local, int) and value % local):
@@ -277,8 +277,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     import torch.distributed as dist
     from transformers import Trainer, TrainingArguments, set_seed
 
-    from terngrad.integrations.transformers import TernGradCallback
-
     args = parse_args(argv)
     if args.report:
         print(report(Path(args.out)))
@@ -291,8 +289,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     evaluation = Windows(held_out, spread, args.model, mask_seed=99)
     set_seed(args.seed)
     model = build_model(args.model)
-    settings = SETTINGS[args.setting]
-    callback = None if settings is None else TernGradCallback(**settings)
+    setting = SETTINGS[args.setting]
+    callback = None if setting is None else setting.callback()
     out = Path(args.out)
     scratch = tempfile.TemporaryDirectory()  # the Trainer makes its output_dir; nothing saved
     training = TrainingArguments(
@@ -317,7 +315,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     sent = fp32 if callback is None else callback.state.stats.bytes_sent_per_step
     record = {
         "model": args.model, "setting": args.setting, "seed": args.seed,
-        "callback": settings, "options": None if callback is None else callback.options.to_dict(),
+        "callback": None if setting is None else {"method": setting.method, **setting.keywords},
+        "options": None if callback is None else callback.options.to_dict(),
         "steps": args.steps, "world": dist.get_world_size(), "numel": numel,
         "eval_loss": final,
         "curve": [[e["step"], e["eval_loss"]] for e in trainer.state.log_history

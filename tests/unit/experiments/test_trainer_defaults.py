@@ -46,3 +46,21 @@ def test_the_report_puts_each_setting_beside_ddp(tmp_path):
     rows = (tmp_path / "results.md").read_text().splitlines()
     assert rows[2] == "| gpt2 | ddp | 0, 1 | 2.1000 ± 0.1414 | +0.00% | 800 | 1.0x |"
     assert rows[3] == "| gpt2 | local16 | 0 | 2.2000 | +4.76% | 8 | 100.0x |"
+
+
+def test_every_setting_is_a_method_of_the_table_with_keywords_over_it():
+    """One registry: each setting compared is a method's name (``None``: the callback's own
+    default) and DiLoCo keywords over it; its callback runs exactly that method."""
+    from terngrad.comm import methods
+    from terngrad.integrations.transformers import DEFAULT_METHOD
+
+    for name, setting in td.SETTINGS.items():
+        if setting is None:
+            continue
+        method = methods.get(setting.method or DEFAULT_METHOD)
+        callback = setting.callback()
+        h = callback.local["local_steps"] if callback.local else 1
+        assert h == method.local_steps, name
+        inner = methods.get(method.name.replace(f"-local{h}", "") if h != 1 else method.name)
+        assert callback.options == inner.options(), name
+        assert set(setting.keywords) <= {"outer_lr", "outer_momentum"}, name
