@@ -316,7 +316,8 @@ def accuracy(args: argparse.Namespace) -> int:
     from terngrad.cli.flags import given
     from terngrad.comm import Options
     from terngrad.experiments import comparison, sweep, time_to_accuracy, time_to_accuracy_report
-    from terngrad.experiments.tuning import raced, tune, tuned_loss_target
+    from terngrad.experiments.tuning import raced, tune
+    from terngrad.experiments.tuning_record import tuned_loss_target
     from terngrad.train import run_folder
     from terngrad.train.config import TrainConfig
 

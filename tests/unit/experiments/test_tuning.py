@@ -10,7 +10,7 @@ import pytest
 from support import accuracy_base
 
 from terngrad.comm import methods
-from terngrad.experiments import comparison, tuning
+from terngrad.experiments import comparison, tuning, tuning_record
 from terngrad.experiments import time_to_accuracy as tta
 from terngrad.train import outputs
 
@@ -88,21 +88,21 @@ def test_the_rate_chosen():
     # accuracy: the fewest steps to target; a tie: the higher final accuracy, then the smaller
     pts = [_point(0.01, 400), _point(0.03, 200, final=0.97), _point(0.05, 200, final=0.98),
            _point(0.08, None), _point(0.12, diverged=True)]  # fmt: skip
-    assert tuning.choose(pts, "accuracy") == {
+    assert tuning_record.choose(pts, "accuracy") == {
         "lr": 0.05, "outer_lr": None, "why": "target at step 200, the fewest",
     }  # fmt: skip
     tie = [_point(0.05, 200, outer=1.0), _point(0.03, 200, outer=0.5)]
-    assert tuning.choose(tie, "accuracy")["lr"] == 0.03
+    assert tuning_record.choose(tie, "accuracy")["lr"] == 0.03
     # none reached: the highest best accuracy, said so
     none = [_point(0.01, None, best=0.90), _point(0.03, None, best=0.93)]
-    chosen = tuning.choose(none, "accuracy")
+    chosen = tuning_record.choose(none, "accuracy")
     assert chosen["lr"] == 0.03 and "no rate reached the target" in chosen["why"]
     # a loss target: the lowest final loss of the runs that did not diverge
     losses = [_point(1e-3, loss=1.6), _point(4e-3, loss=1.3), _point(8e-3, loss=math.nan,
               diverged=True)]  # fmt: skip
-    assert tuning.choose(losses, "loss")["lr"] == 4e-3
+    assert tuning_record.choose(losses, "loss")["lr"] == 4e-3
     every = [_point(0.1, diverged=True), _point(0.2, diverged=True)]
-    assert tuning.choose(every, "loss") == {
+    assert tuning_record.choose(every, "loss") == {
         "lr": 0.1, "outer_lr": None, "why": "every rate diverged; the smallest",
     }  # fmt: skip
 
@@ -141,7 +141,7 @@ def test_the_record_the_report_and_the_race_at_the_rates_chosen(tmp_path):
     )
     (Path(runs["fp32", 0.01].out) / outputs.SUMMARY).unlink()  # a stopped run has no summary
     text = comparison.report_only(tuned, tuned.out)
-    record = json.loads((tmp_path / "tuning" / tuning.RECORD).read_text())
+    record = json.loads((tmp_path / "tuning" / tuning_record.RECORD).read_text())
     assert record["methods"]["fp32"]["chosen"]["lr"] == 0.05
     assert record["methods"]["fp32"]["chosen"]["why"].endswith(
         "the largest rate tried: a larger one may be better"
@@ -157,7 +157,7 @@ def test_the_record_the_report_and_the_race_at_the_rates_chosen(tmp_path):
     )
     assert "seed 1000 (kept out of the race)" in text
     assert (tmp_path / "tuning" / "tuning.png").stat().st_size > 10_000
-    assert tuning.plot(record, tmp_path / "again.png") == [
+    assert tuning_record.plot(record, tmp_path / "again.png") == [
         "fp32",
         "terngrad-local5",
     ]  # a panel each
@@ -199,12 +199,15 @@ def test_a_tuning_made_over_several_calls_reports_every_method_tuned(tmp_path):
     for r in then.plan():
         _finish(r.config, [0.92])
     text = comparison.report_only(then, then.out)
-    record = json.loads((then.out / tuning.RECORD).read_text())
+    record = json.loads((then.out / tuning_record.RECORD).read_text())
     assert list(record["methods"]) == ["terngrad-local5", "fp32"]
     assert record["lrs"] == [0.01, 0.02, 0.05]  # every rate either call tuned
     assert "| fp32 | **20** | 20 | - |" in text  # (a tie: the smaller rate)
     assert "| terngrad-local5 | - | **10** | 10 |" in text
-    assert tuning.chosen_settings(record) == {"terngrad-local5": {"lr": 0.02}, "fp32": {"lr": 0.01}}
+    assert tuning_record.chosen_settings(record) == {
+        "terngrad-local5": {"lr": 0.02},
+        "fp32": {"lr": 0.01},
+    }
 
 
 def test_a_loss_target_from_fp32s_tuned_loss():
@@ -212,9 +215,9 @@ def test_a_loss_target_from_fp32s_tuned_loss():
         "chosen": {"lr": 4e-3, "outer_lr": None, "why": ""},
         "points": [_point(1e-3, loss=1.44), _point(4e-3, loss=1.30)],
     }}}  # fmt: skip
-    assert tuning.tuned_loss_target(record, "fp32", 1.0) == pytest.approx(1.313)
+    assert tuning_record.tuned_loss_target(record, "fp32", 1.0) == pytest.approx(1.313)
     with pytest.raises(ValueError, match="needs fp16 among --methods"):
-        tuning.tuned_loss_target(record, "fp16", 1.0)
+        tuning_record.tuned_loss_target(record, "fp16", 1.0)
 
 
 def test_the_transformer_comparison_tunes_by_the_final_loss_and_compares_at_its_rates(tmp_path):
@@ -289,10 +292,10 @@ def test_a_tuning_whose_session_launches_runs_makes_its_folder_and_records_what_
 def test_a_choice_at_the_grids_edge_says_a_rate_beyond_may_be_better():
     grid = tuning.LrGrid((0.01, 0.05, 0.08), seed=1, outer_lrs=(0.5, 0.7))
     inside = {"lr": 0.05, "outer_lr": None, "why": "w"}
-    assert tuning._at_edge(inside, grid) == inside
-    outer = tuning._at_edge({"lr": 0.05, "outer_lr": 0.5, "why": "w"}, grid)
+    assert tuning_record.at_edge(inside, grid) == inside
+    outer = tuning_record.at_edge({"lr": 0.05, "outer_lr": 0.5, "why": "w"}, grid)
     assert outer["why"] == "w; the smallest outer rate tried: a smaller one may be better"
-    both = tuning._at_edge({"lr": 0.08, "outer_lr": 0.7, "why": "w"}, grid)["why"]
+    both = tuning_record.at_edge({"lr": 0.08, "outer_lr": 0.7, "why": "w"}, grid)["why"]
     assert both == (
         "w; the largest rate tried: a larger one may be better; the largest outer rate tried: "
         "a larger one may be better"
