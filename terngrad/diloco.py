@@ -67,6 +67,7 @@ from torch import nn
 from terngrad.comm.agreement import differing_ranks
 from terngrad.comm.options import Options
 from terngrad.comm.synchronizer import Synchronizer
+from terngrad.diloco_state import STATE_FORMAT, check_state
 from terngrad.local_steps import (
     AUTO_PROBE_STEPS,
     MAX_COMM_SHARE,
@@ -87,16 +88,6 @@ __all__ = [
     "check_outer_settings",
     "choose_local_steps",
 ]
-
-#: what a saved state is, and what it holds
-STATE_FORMAT = 2
-STATE_KEYS = ("local_steps", "inner_steps", "outer_steps", "skipped_outer_steps", "anchor",
-               "outer_optimizer", "exchange", "inner_optimizer", "overlap", "pending")  # fmt: skip
-#: the parts of a saved state that are the same on every rank, bit for bit: every replica
-#: starts an outer step from one anchor, and every rank's outer optimizer steps on the same
-#: exact average. A checkpoint may take them from one rank (``terngrad train``'s does: rank
-#: 0's, the most of a state's bytes left off the network)
-REPLICATED_STATE = ("anchor", "outer_optimizer")
 
 
 @dataclass(frozen=True)
@@ -402,36 +393,9 @@ class DiLoCo:
         """Restore :meth:`state_dict` of the same rank and settings (on every rank at once: an
         exchange that was in flight is sent again); ``ValueError`` with one line naming what
         does not fit."""
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-            raise ValueError("not a terngrad.diloco state (or one of another format version)")
-        missing = [k for k in STATE_KEYS if k not in state]
-        if missing:
-            raise ValueError(f"this terngrad.diloco state lacks {', '.join(missing)}")
+        check_state(state, [tuple(a.shape) for a in self.anchor], self.local_steps,
+                    self.overlap, self.auto_choices)  # fmt: skip
         saved_h = state["local_steps"]
-        if self.local_steps == "auto" and (saved_h == "auto" or saved_h in self.auto_choices):
-            pass  # auto: the saved choice holds (or is still to be made)
-        elif saved_h != self.local_steps:
-            raise ValueError(
-                f"this terngrad.diloco state was saved with local_steps={saved_h!r}, "
-                f"not {self.local_steps!r}"
-            )
-        if state["overlap"] != self.overlap:
-            raise ValueError(
-                f"this terngrad.diloco state was saved with overlap={state['overlap']}, "
-                f"not {self.overlap}"
-            )
-        shapes = [tuple(a.shape) for a in self.anchor]
-        for key in ("anchor", "pending"):
-            tensors = state[key]
-            if key == "pending" and tensors is None:
-                continue
-            if (
-                not isinstance(tensors, list)
-                or [tuple(getattr(t, "shape", ())) for t in tensors] != shapes
-            ):
-                raise ValueError(
-                    f"this terngrad.diloco state's {key} does not fit the model's parameters"
-                )
         if self._pending is not None:
             self._pending.result()  # (the replaced run's exchange lands before it is dropped)
             self._pending = None

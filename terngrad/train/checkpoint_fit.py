@@ -26,11 +26,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from terngrad import diloco
 from terngrad.comm.agreement import check_saved_config, exchange_config
 from terngrad.comm.momentum import VarianceSource
 from terngrad.comm.plans import full_precision_names, last_layer_names
 from terngrad.comm.rank_state import RankState
+from terngrad.diloco_state import check_state
 from terngrad.kernels import resolve
 from terngrad.local_steps import outer_sgd
 from terngrad.train import models
@@ -318,30 +318,12 @@ def _check_diloco_state(rank: int, state: Any, cfg: TrainConfig, model: nn.Modul
     from terngrad.train.loop import local_step_choices
 
     what = f"local-steps state of rank {rank}"
-    if not isinstance(state, dict) or state.get("format") != diloco.STATE_FORMAT:
-        raise _Misfit(f"its {what} is not a terngrad.diloco state of this version")
-    missing = [k for k in diloco.STATE_KEYS if k not in state]
-    if missing:
-        raise _Misfit(f"its {what} lacks {', '.join(missing)}")
-    saved_h, choices = state["local_steps"], local_step_choices(cfg) or []
-    auto = cfg.local_steps == "auto" and (saved_h == "auto" or saved_h in choices)
-    if saved_h != cfg.local_steps and not auto:
-        raise _Misfit(f"its {what} has local_steps={saved_h!r}, the run {cfg.local_steps!r}")
-    if state["overlap"] is not cfg.outer_overlap:
-        raise _Misfit(f"its {what} has overlap={state['overlap']!r}, the run {cfg.outer_overlap}")
-    for key in ("inner_steps", "outer_steps", "skipped_outer_steps"):
-        _count(f"{what}'s {key}", state[key])
     params = [p for _, p in _exchanged(model)]
-    for key in ("anchor", "pending"):
-        tensors = state[key]
-        if key == "pending" and tensors is None:
-            continue
-        if not isinstance(tensors, list) or len(tensors) != len(params):
-            raise _Misfit(f"its {what}'s {key} is not one tensor per parameter")
-        for i, (t, p) in enumerate(zip(tensors, params, strict=True)):
-            _tensor(f"{what}'s {key} {i}", t, p.shape)
-    if state.get("auto") is not None and not isinstance(state["auto"], dict):
-        raise _Misfit(f"its {what}'s auto record is {_kind(state['auto'])}")
+    try:  # (DiLoCo.load_state_dict's own check: one wording)
+        check_state(state, [tuple(p.shape) for p in params], cfg.local_steps, cfg.outer_overlap,
+                    local_step_choices(cfg) or [])  # fmt: skip
+    except ValueError as exc:
+        raise _Misfit(f"its {what}: {exc}") from None
     _check_exchange(f"{what}'s exchange", rank, state["exchange"], cfg, model)
     with torch.device("meta"):
         anchor = [torch.empty_like(p, requires_grad=True) for p in params]

@@ -9,7 +9,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from terngrad.diloco import REPLICATED_STATE, DiLoCo
+from terngrad.diloco import DiLoCo
+from terngrad.diloco_state import REPLICATED_STATE
 
 
 def model() -> nn.Module:

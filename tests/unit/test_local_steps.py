@@ -80,3 +80,39 @@ def test_diloco_s_defaults_are_written_once():
                       transformers.TernGradCallback):  # fmt: skip
             default = inspect.signature(entry).parameters[name].default
             assert default is constant, (entry.__name__, name, default)
+
+
+def test_a_saved_diloco_state_has_one_check_in_one_wording():
+    """``DiLoCo.load_state_dict`` and the trainer's checkpoint check (before any worker starts)
+    run the same ``check_state``: each refusal one line, in the same words."""
+    from terngrad.diloco_state import STATE_FORMAT, STATE_KEYS, check_state
+
+    shapes = [(4, 3), (4,)]
+    good = {"format": STATE_FORMAT, "local_steps": 8, "inner_steps": 16, "outer_steps": 2,
+            "skipped_outer_steps": 0, "anchor": [torch.zeros(4, 3), torch.zeros(4)],
+            "outer_optimizer": {}, "exchange": {}, "inner_optimizer": {}, "overlap": False,
+            "pending": None, "auto": None}  # fmt: skip
+    assert set(STATE_KEYS) <= set(good)
+    check_state(good, shapes, 8, False)
+    check_state({**good, "local_steps": 5}, shapes, "auto", False, auto_choices=[1, 5, 25])
+    bad = [
+        ([1, 2], {}, "not a terngrad.diloco state: a list, not a dict"),
+        ({**good, "format": 1}, {}, "not a terngrad.diloco state (or one of another format"),
+        ({k: v for k, v in good.items() if k != "anchor"}, {}, "this terngrad.diloco state "
+         "lacks anchor"),
+        (good, {"local_steps": 16}, "saved with local_steps=8, not 16"),
+        ({**good, "local_steps": 7}, {"local_steps": "auto"},
+         "saved with local_steps=7, not 'auto'"),
+        (good, {"overlap": True}, "saved with overlap=False, not True"),
+        ({**good, "outer_steps": -1}, {}, "its 'outer_steps' is -1, not a whole number >= 0"),
+        ({**good, "anchor": [torch.zeros(4, 3)]}, {}, "anchor is not one tensor per parameter"),
+        ({**good, "anchor": [torch.zeros(3, 4), torch.zeros(4)]}, {},
+         "anchor 0 has shape (3, 4), the parameter's (4, 3): saved from another model"),
+        ({**good, "pending": [torch.zeros(4, 3), torch.zeros(4, dtype=torch.long)]}, {},
+         "pending 1 is torch.int64, not floating-point"),
+        ({**good, "auto": [5]}, {}, "auto record is a list"),
+    ]  # fmt: skip
+    for state, settings, words in bad:
+        run = {"local_steps": 8, "overlap": False, **settings}
+        with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            check_state(state, shapes, run["local_steps"], run["overlap"], [1, 5, 25])
