@@ -9,20 +9,38 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from terngrad.experiments.comparison import Run
 from terngrad.experiments.time_to_accuracy_report import target_words, time_to_target
 from terngrad.train import outputs
 from terngrad.util.files import atomic_write
 
-if TYPE_CHECKING:
-    from terngrad.experiments.tuning import LrGrid, LrTuning
+
+class Grid(Protocol):
+    """The rates tuned over (:class:`terngrad.experiments.tuning.LrGrid`)."""
+
+    lrs: tuple[float, ...]
+    outer_lrs: tuple[float, ...]
+    seed: int
+
+
+class Tuning(Protocol):
+    """What the record is made from (:class:`terngrad.experiments.tuning.LrTuning`)."""
+
+    inner: Any
+    base: Any
+    grid: Grid
+    target_metric: str
+    target: float | None
+
+    def key(self) -> dict[str, Any]: ...
+
 
 RECORD = "tuning.json"
 
 
-def point(run: Run, summary: dict[str, Any], plan: LrTuning) -> dict[str, Any]:
+def point(run: Run, summary: dict[str, Any], plan: Tuning) -> dict[str, Any]:
     """One tuning run as a point of its method's curve."""
     lr, outer = run.tags["lr"], run.tags["outer_lr"]
     if "diverged" in summary:
@@ -82,7 +100,7 @@ def choose(points: Sequence[Mapping[str, Any]], metric: str) -> dict[str, Any]:
     return {"lr": best["lr"], "outer_lr": best["outer_lr"], "why": why}
 
 
-def at_edge(chosen: dict[str, Any], grid: LrGrid) -> dict[str, Any]:
+def at_edge(chosen: dict[str, Any], grid: Grid) -> dict[str, Any]:
     """``chosen``, its reason saying so where it is the grid's largest or smallest rate or
     outer rate (the best may lie beyond: tune further that way)."""
     notes = []
@@ -95,7 +113,7 @@ def at_edge(chosen: dict[str, Any], grid: LrGrid) -> dict[str, Any]:
     return {**chosen, "why": "; ".join([chosen["why"], *notes])} if notes else chosen
 
 
-def summarise(plan: LrTuning, runs: list[Run], summaries: list[dict[str, Any]]) -> dict[str, Any]:
+def summarise(plan: Tuning, runs: list[Run], summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """The record: what the tuning was made for, each method's points and its choice."""
     by_method: dict[str, list[dict[str, Any]]] = {}
     for r, s in zip(runs, summaries, strict=True):
