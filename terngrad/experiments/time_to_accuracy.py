@@ -41,6 +41,7 @@ from terngrad.bench import testbed
 from terngrad.comm import methods
 from terngrad.experiments import time_to_accuracy_report as report
 from terngrad.experiments.comparison import Comparison, Echo, Observe, Run, Train
+from terngrad.experiments.time_to_accuracy_plot import plot
 from terngrad.train import outputs, run_folder
 from terngrad.train.config import TrainConfig
 from terngrad.train.configure import configure
@@ -182,7 +183,7 @@ class AccuracyComparison(Comparison):
         atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
         text = report.markdown(results)
         atomic_write_text(out / "results.md", text)
-        report.plot(results, out / "time-to-accuracy.png")
+        plot(results, out / "time-to-accuracy.png")
         return text
 
 

@@ -12,9 +12,8 @@ import pytest
 from support import accuracy_base, why_no_testbed
 
 from terngrad.bench import network, testbed
-from terngrad.experiments import comparison
+from terngrad.experiments import comparison, time_to_accuracy_plot
 from terngrad.experiments import time_to_accuracy as tta
-from terngrad.experiments import time_to_accuracy_report as tta_report
 from terngrad.train import models
 
 PREFIX = "tgtest"
@@ -151,7 +150,7 @@ def test_two_ranks_two_methods_on_the_shaped_testbed_then_a_sweep(tmp_path):
     assert any("fp32 step 10: test accuracy" in line for line in lines)  # progress on the way
     table = (out / "results.md").read_text()
     assert "| fp32 |" in table and "| terngrad |" in table
-    drawn = tta_report.plot(results, out / "again.png")
+    drawn = time_to_accuracy_plot.plot(results, out / "again.png")
     assert drawn == (["fp32", "terngrad"], ["fp32", "terngrad"])  # every method, both panels
     assert (out / "time-to-accuracy.png").stat().st_size > 10_000
     # run again: every method is read back, nothing is trained twice
