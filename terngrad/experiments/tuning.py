@@ -265,14 +265,11 @@ class LrTuning(Comparison):
         """The race's own session (the testbed, or plain launches). A point whose training
         diverged is recorded as such (in its folder, ``diverged.json``): the trainer stopped on
         NaN/Inf gradients, or (where the session can watch a run) an evaluation's test loss
-        was not finite, or its training loss at two evaluations in a row (local steps skip a
-        NaN replica's outer steps and keep a finite anchor). For an accuracy target, a run
-        that passes the fewest steps to target of its method's finished points without
-        reaching it cannot be chosen: it is stopped there (``stopped.json``; where the session
-        can watch a run: the testbed's)."""
+        was not finite. For an accuracy
+        target, a run that passes the fewest steps to target of its method's finished points
+        without reaching it cannot be chosen: it is stopped there (``stopped.json``; where the
+        session can watch a run: the testbed's)."""
         fewest: dict[str, int | None] = {}
-        #: each run's evaluations in a row whose training loss was not finite
-        not_finite: dict[str, int] = {}
 
         by_accuracy = self.target_metric == "accuracy"
 
@@ -281,14 +278,6 @@ class LrTuning(Comparison):
                 observe(r, record)
             if not math.isfinite(record["loss"]):  # (PyTorch's hooks train on through NaN)
                 raise _Diverged(f"test loss {record['loss']} at step {record['step']}")
-            # local steps skip every outer step of a NaN replica and keep the anchor's finite
-            # test loss: a training loss NaN at two evaluations in a row never comes back
-            train_loss = record.get("train_loss", 0.0)
-            lost = train_loss is not None and not math.isfinite(train_loss)
-            not_finite[r.label] = not_finite.get(r.label, 0) + 1 if lost else 0
-            if not_finite[r.label] >= 2:
-                raise _Diverged(f"training loss {train_loss} at two evaluations to step "
-                                f"{record['step']}")  # fmt: skip
             best = fewest.get(r.method)
             reached = outputs.reaches_target(record, accuracy=self.target)
             if by_accuracy and best is not None and record["step"] >= best and not reached:

@@ -30,9 +30,9 @@ def local_steps_of(
     m = methods.get(name)
     if m.local_steps == 1:
         return local_steps, overlap
-    for key, given, own in (("local_steps", local_steps, m.local_steps),
-                            ("overlap", overlap, m.outer_overlap)):  # fmt: skip
-        if given not in ((1,) if key == "local_steps" else (False,)) and given != own:
+    for key, given, own, unset in (("local_steps", local_steps, m.local_steps, 1),
+                                   ("overlap", overlap, m.outer_overlap, False)):  # fmt: skip
+        if given not in (unset, own):
             raise ValueError(
                 f"{key}={given!r} is not what method {m.name} runs ({key}={own!r}): give the "
                 "method alone, or a method of these local steps (docs/methods.md)"

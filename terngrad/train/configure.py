@@ -73,7 +73,7 @@ def configure(
 METHOD_SETTINGS = ("baseline", "powersgd_rank", "local_steps", "outer_overlap")
 
 
-def disagreements(
+def _disagreements(
     cfg: TrainConfig, given: Mapping[str, Any], exchange: Mapping[str, Any]
 ) -> list[tuple[str, Any, Any]]:
     """What was given for a run that ``cfg``, the run :func:`configure` made of it, does not
@@ -91,7 +91,7 @@ def disagreements(
     return wrong
 
 
-def named_with(method: Method, changes: Mapping[str, Any]) -> str | None:
+def _named_with(method: Method, changes: Mapping[str, Any]) -> str | None:
     """The name of ``method`` with ``changes`` (its :data:`METHOD_SETTINGS`, or exchange options
     by field), where that is a method; else ``None`` (a warm-up is a share, not a count)."""
     own = {k: v for k, v in changes.items() if k in METHOD_SETTINGS}
@@ -115,10 +115,10 @@ def refuse_disagreements(
     exchange: Mapping[str, Any],
     spell: Callable[[str], str] = lambda name: name,
 ) -> None:
-    """``ValueError`` in one line if a setting given (:func:`disagreements`) is not what the run
+    """``ValueError`` in one line if a setting given (:func:`_disagreements`) is not what the run
     of ``method`` runs: the method's own would replace it unsaid. ``spell``: a setting's name
     as the caller's user writes it (``--local-steps``)."""
-    wrong = disagreements(cfg, given, exchange)
+    wrong = _disagreements(cfg, given, exchange)
     if not wrong:
         return
 
@@ -130,7 +130,7 @@ def refuse_disagreements(
     asked = ", ".join(show(n, v) for n, v, _ in wrong)
     runs = ", ".join(show(n, r) for n, _, r in wrong)
     flags = ", ".join(spell(n) for n, _, _ in wrong)
-    better = named_with(method, {n: v for n, v, _ in wrong})
+    better = _named_with(method, {n: v for n, v, _ in wrong})
     if better is not None:
         fix = f"the method that does is {better}: name it, or leave out {flags}"
     elif any(n == "full_precision_steps" for n, _, _ in wrong):

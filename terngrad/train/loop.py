@@ -171,22 +171,27 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
             raise _hook_error(exc) from None
         if state is None or not state.last_step_skipped:
             optimizer.step()
-            if isinstance(state, DiLoCo):
-                state.step()  # every local_steps-th: the outer step
+            if not isinstance(state, DiLoCo):
+                skipped_in_a_row = 0
+            else:  # local steps: a skipped outer step (a rank's pseudo-gradient not finite)
+                before = state.skipped_outer_steps
+                if state.step():  # every local_steps-th: the outer step
+                    lost = state.skipped_outer_steps > before
+                    skipped_in_a_row = skipped_in_a_row + 1 if lost else 0
                 if state.auto is not None and not noted_auto:
                     noted_auto = True
                     progress.note(_auto_words(state.auto))
-            skipped_in_a_row = 0
         else:
             skipped_in_a_row += 1
-            if skipped_in_a_row >= cfg.max_skipped_steps:  # every rank: same skip flags
-                last = checkpoints.latest(out)
-                raise TrainingFailed(
-                    f"{skipped_in_a_row} consecutive steps (up to step {step + 1}) {DIVERGED} "
-                    "and were skipped; stopping. The last good "
-                    f"checkpoint is {last or 'none (none was written yet)'}; check the data "
-                    "and the learning rate (a new learning rate needs a new --out)"
-                )
+        if skipped_in_a_row >= cfg.max_skipped_steps:  # every rank: same skip flags
+            last = checkpoints.latest(out)
+            what = "outer steps" if isinstance(state, DiLoCo) else "steps"
+            raise TrainingFailed(
+                f"{skipped_in_a_row} consecutive {what} (up to step {step + 1}) {DIVERGED} "
+                "and were skipped; stopping. The last good "
+                f"checkpoint is {last or 'none (none was written yet)'}; check the data "
+                "and the learning rate (a new learning rate needs a new --out)"
+            )
         lr = optimizer.param_groups[0]["lr"]  # this step's, before the schedule moves it
         lr_schedule.step()
         losses.append(loss.item())

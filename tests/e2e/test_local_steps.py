@@ -59,6 +59,20 @@ def test_overlap_resumes_bitwise_and_auto_chooses_and_keeps_h(tmp_path, capsys):
     capsys.readouterr()
 
 
+def test_local_steps_whose_outer_steps_keep_failing_stop_in_one_line(tmp_path, capsys):
+    """A rank's pseudo-gradient not finite skips the outer step (the anchor stays); if every
+    outer step is skipped, the run stops after --max-skipped-steps of them, as the hook's run
+    does after that many skipped steps, instead of training on NaN replicas to the end."""
+    out = tmp_path / "nan"
+    argv = [*ARGS, *LOCAL[:2], "--optimizer", "adamw", "--lr", "1e12", "--steps", "40",
+            "--eval-every", "40", "--max-skipped-steps", "2", "--out", str(out)]  # fmt: skip
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert "2 consecutive outer steps (up to step" in err and "NaN or Inf gradient" in err
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [

@@ -310,10 +310,7 @@ def test_a_watched_run_is_stopped_once_it_can_no_longer_be_chosen_or_its_loss_is
     diverged point (PyTorch's hooks train on through NaN); the choice stays the grid's."""
     import contextlib
 
-    curves = {0.05: [0.5, 0.95], 0.08: [0.5, 0.6, 0.7], 0.03: [math.nan], 0.02: [0.5, 0.3]}
-    #: the training loss: 0.08's NaN once (it comes back), 0.02's at two evaluations in a row
-    nan, one = math.nan, 1.0
-    train_losses = {0.08: [nan, one, one], 0.02: [nan, nan]}
+    curves = {0.05: [0.5, 0.95], 0.08: [0.5, 0.6, 0.7], 0.03: [math.nan]}
 
     class Watched(tta.AccuracyComparison):
         @contextlib.contextmanager
@@ -323,14 +320,8 @@ def test_a_watched_run_is_stopped_once_it_can_no_longer_be_chosen_or_its_loss_is
                 out.mkdir(parents=True)
                 for i, acc in enumerate(curves[r.config.lr], start=1):
                     loss = math.nan if math.isnan(acc) else 0.5
-                    record = {
-                        "step": 10 * i,
-                        "accuracy": acc,
-                        "loss": loss,
-                        "train_seconds": float(i),
-                        "seconds": float(i),
-                        "train_loss": train_losses.get(r.config.lr, [one] * 9)[i - 1],
-                    }
+                    record = {"step": 10 * i, "accuracy": acc, "loss": loss,
+                              "train_seconds": float(i), "seconds": float(i)}  # fmt: skip
                     outputs.append_metrics(out / outputs.METRICS, record)
                     observe(r, record)
                 summary = {"config": r.config.to_dict(), "accuracy": acc, "best_accuracy": acc,
@@ -343,15 +334,11 @@ def test_a_watched_run_is_stopped_once_it_can_no_longer_be_chosen_or_its_loss_is
             yield train
 
     race = Watched(accuracy_base(tmp_path), ("fp32",), "25mbit", 0.9, seeds=1)
-    grid = tuning.LrGrid((0.02, 0.03, 0.05, 0.08), 7)
-    record, text = tuning.tune(tuning.LrTuning.of(race, grid), lambda line: None)
+    record, text = tuning.tune(tuning.LrTuning.of(race, tuning.LrGrid((0.03, 0.05, 0.08), 7)),
+                               lambda line: None)  # fmt: skip
     fp32 = {p["lr"]: p for p in record["methods"]["fp32"]["points"]}
     assert fp32[0.05]["reached"]["step"] == 20  # trained first: the middle of the grid
     assert fp32[0.08]["stopped"] and fp32[0.08]["steps"] == 20  # at 0.05's 20 steps, not there
     assert fp32[0.03]["diverged"]
-    assert fp32[0.02]["diverged"]  # its training loss NaN at its 1st and 2nd evaluations
-    folder = tmp_path / "tuning" / "fp32-lr0.02"
-    said = json.loads((folder / tuning.DIVERGED_FILE).read_text())["diverged"]
-    assert said == "training loss nan at two evaluations to step 20"
     assert record["methods"]["fp32"]["chosen"]["lr"] == 0.05
-    assert "| fp32 | diverged | diverged | **20** | > 20 (stopped) |" in text
+    assert "| fp32 | diverged | **20** | > 20 (stopped) |" in text
