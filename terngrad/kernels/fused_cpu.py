@@ -1,7 +1,8 @@
 """The fused CPU backend: each of the exchange's operations in one parallel pass over CPU
 tensors, through the numba kernels of :mod:`terngrad.kernels.encode_cpu`,
 :mod:`~terngrad.kernels.decode_cpu` and :mod:`~terngrad.kernels.draws_cpu`; and the level
-quantizers' fit, rounding and decoding through those of :mod:`terngrad.kernels.levels_cpu`.
+quantizers' fit, rounding and decoding through those of :mod:`terngrad.kernels.level_fit_cpu`
+and :mod:`terngrad.kernels.levels_cpu`.
 
 numba is imported when a :class:`NumbaKernels` is made, not when this module is.
 """
@@ -77,7 +78,7 @@ def numba_available() -> bool:
 def _level_method(q) -> int | None:
     """The level kernels' code for ``q``'s method (its exact class: a subclass may change the
     fit or the rounding), or ``None``: the reference runs that quantizer's level operations."""
-    from terngrad.kernels import levels_cpu as lc
+    from terngrad.kernels import level_fit_cpu as lc
 
     codes = {Linear: lc.LINEAR, ORQ: lc.ORQ, BinGradB: lc.BINGRAD_B, BinGradPB: lc.BINGRAD_PB}
     return {**codes, SignSGD: lc.SIGNSGD}.get(type(q))
@@ -189,19 +190,19 @@ class NumbaKernels(Kernels, name="numba", devices=("cpu",)):
         if not ok:
             raise ValueError(f"{codec} payload holds an invalid word or padding (corrupted data)")
 
-    # --- the level quantizers (terngrad.quantize.levels): those of levels_cpu.py
+    # --- the level quantizers (terngrad.quantize.levels): those of level_fit_cpu.py, levels_cpu.py
 
     def level_fit(self, q, flat, layout):
         method = _level_method(q)
         if method is None:
             return self._reference.level_fit(q, flat, layout)
-        from terngrad.kernels import levels_cpu
+        from terngrad.kernels import level_fit_cpu
 
         sweeps = q.sweeps if isinstance(q, ORQ) else PB_SWEEPS
         out = np.empty((layout.n_buckets, q._scales_per_bucket(q.levels)), np.float32)
         x = _np(flat)
         finite = self._run(
-            levels_cpu.fit, x, x.view(np.uint32), _np(layout.bucket_starts), method, q.levels,
+            level_fit_cpu.fit, x, x.view(np.uint32), _np(layout.bucket_starts), method, q.levels,
             sweeps, out,
         )  # fmt: skip
         return torch.from_numpy(out) if finite else None

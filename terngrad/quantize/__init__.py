@@ -19,11 +19,12 @@ from typing import Any
 import torch
 
 from terngrad.quantize import bingrad, identity, linear, orq, qsgd, signsgd, terngrad  # noqa: F401
-from terngrad.quantize.base import Encoded, Quantizer, lookup, registered_names
+from terngrad.quantize.base import Quantizer
 from terngrad.quantize.grid import SymmetricGrid
 from terngrad.quantize.kernels import Kernels, Moments, resolve
 from terngrad.quantize.layout import Layout
 from terngrad.quantize.levels import LevelQuantizer
+from terngrad.quantize.message import Encoded, lookup, registered_names
 from terngrad.quantize.reference import TorchKernels  # registers the reference backend
 
 

@@ -1,6 +1,6 @@
-"""What every quantizer shares: the :class:`Encoded` message, the :class:`Quantizer` interface
-and registry, and stochastic rounding (bucketing: :mod:`terngrad.quantize.layout`; the input
-checks: :mod:`terngrad.quantize.checks`).
+"""The :class:`Quantizer` interface every method shares (the registry and the :class:`Encoded`
+message: :mod:`terngrad.quantize.message`; bucketing: :mod:`terngrad.quantize.layout`; the input
+checks: :mod:`terngrad.quantize.checks`; stochastic rounding: :mod:`terngrad.quantize.random`).
 
 A quantizer maps a gradient ``g`` (any shape, float) to a few float32 *scales* per bucket and one
 integer *digit* per element; the wire layer packs the digits, and :class:`Encoded` is exactly
@@ -9,12 +9,9 @@ what travels: ``Encoded.nbytes`` is the size of its frame (header + scales + pay
 
 from __future__ import annotations
 
-import difflib
 import inspect
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -33,104 +30,9 @@ from terngrad.quantize.checks import (
 )
 from terngrad.quantize.kernels import Draws, Kernels, resolve
 from terngrad.quantize.layout import Layout
+from terngrad.quantize.message import Encoded, register
 from terngrad.quantize.random import Streams
-from terngrad.wire import Codec, FrameHeader, frame_nbytes, read_frame, write_frame
-
-_REGISTRY: dict[str, type[Quantizer]] = {}
-
-
-# --------------------------------------------------------------------------- the message
-
-
-@dataclass(frozen=True, eq=False)
-class Encoded:
-    """One encoded gradient: everything a receiver needs to decode it.
-
-    ``scales`` (float32, 1-D) and ``payload`` (uint8, 1-D: the packed digits, or raw floats for
-    ``fp32``/``fp16``) travel in one frame with a small header; ``nbytes`` is that frame's exact
-    size. ``levels``, ``bucket_size`` (0 = one bucket per segment) and ``segments`` (the layer
-    lengths of a flat buffer; empty = one segment) are the header's method parameters, so
-    decoding needs nothing but this object.
-    """
-
-    method: str
-    shape: tuple[int, ...]
-    dtype: torch.dtype
-    codec: Codec
-    levels: int
-    bucket_size: int
-    scales: torch.Tensor
-    payload: torch.Tensor
-    segments: tuple[int, ...] = ()
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def layout(self) -> Layout:
-        return Layout.of(self.numel, self.segments or None, self.bucket_size or None)
-
-    @property
-    def header(self) -> FrameHeader:
-        return FrameHeader(
-            method_id=lookup(self.method).method_id,
-            codec=self.codec,
-            dtype=self.dtype,
-            shape=self.shape,
-            levels=self.levels,
-            bucket_size=self.bucket_size,
-            n_scales=self.scales.numel(),
-            segments=self.segments,
-        )
-
-    @property
-    def nbytes(self) -> int:
-        """Exact bytes of this message on the wire: header + 4 * scales + payload."""
-        return self.header.nbytes
-
-    @property
-    def bits_per_element(self) -> float:
-        """Wire bits per gradient element, everything included (``inf`` for an empty tensor)."""
-        return 8 * self.nbytes / self.numel if self.numel else math.inf
-
-    def to_frame(self) -> torch.Tensor:
-        """The message as one contiguous uint8 tensor (see :mod:`terngrad.wire.frame`)."""
-        return write_frame(self.header, self.scales, self.payload)
-
-    @classmethod
-    def from_frame(cls, frame: torch.Tensor | bytes | bytearray | memoryview) -> Encoded:
-        """Parse a frame; ``ValueError`` if it is damaged or names an unknown method."""
-        header, scales, payload = read_frame(frame)
-        methods = {q.method_id: name for name, q in _REGISTRY.items()}
-        if header.method_id not in methods:
-            raise ValueError(f"terngrad frame names unknown method id {header.method_id}")
-        return cls(
-            method=methods[header.method_id],
-            shape=header.shape,
-            dtype=header.dtype,
-            codec=header.codec,
-            levels=header.levels,
-            bucket_size=header.bucket_size,
-            scales=scales,
-            payload=payload,
-            segments=header.segments,
-        )
-
-
-# --------------------------------------------------------------------------- rounding
-
-
-def stochastic_round(t: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """Unbiased random rounding: ``floor(t) + 1[u < t - floor(t)]``, so ``E = t`` for u ~ U[0, 1).
-
-    The variance of one rounding is ``f (1 - f)`` with ``f = t - floor(t)``. ``uniform`` comes
-    from ``torch.rand`` (24-bit resolution), so the probability of rounding up is off from ``f``
-    by less than 2**-24.
-    """
-    lower = t.floor()
-    return lower + (uniform < t - lower)
-
+from terngrad.wire import Codec, frame_nbytes
 
 # --------------------------------------------------------------------------- the interface
 
@@ -155,10 +57,7 @@ class Quantizer(ABC):
         super().__init_subclass__(**kw)
         if name is None:
             return  # an abstract family, not a method
-        if name in _REGISTRY or method_id in {q.method_id for q in _REGISTRY.values()}:
-            raise RuntimeError(f"quantizer {name!r} (id {method_id}) is registered twice")
-        cls.name, cls.method_id = name, method_id
-        _REGISTRY[name] = cls
+        register(cls, name, method_id)
 
     # --- configuration, set by each method's __init__
     bucket_size: int | None = None
@@ -478,21 +377,3 @@ class Quantizer(ABC):
         """An imposed scale as one float32 value per bucket, or ``None`` (checked:
         :func:`~terngrad.quantize.checks.check_scale`)."""
         return check_scale(scale, layout.n_buckets, device, self.name, self.accepts_scale)
-
-
-def lookup(name: str) -> type[Quantizer]:
-    """The quantizer class registered as ``name``; a clear error with suggestions if none."""
-    if not isinstance(name, str):
-        raise TypeError(f"a quantizer name is a string (quantize.names()), got {name!r}")
-    if name not in _REGISTRY:
-        close = difflib.get_close_matches(str(name), list(_REGISTRY), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(
-            f"unknown quantizer {name!r}{hint}; choose one of: {', '.join(registered_names())}"
-        )
-    return _REGISTRY[name]
-
-
-def registered_names() -> list[str]:
-    """Registered names in method-id order."""
-    return sorted(_REGISTRY, key=lambda name: _REGISTRY[name].method_id)

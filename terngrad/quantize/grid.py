@@ -21,11 +21,13 @@ from collections.abc import Sequence
 
 import torch
 
-from terngrad.quantize.base import Encoded, Quantizer, stochastic_round
+from terngrad.quantize.base import Quantizer
 from terngrad.quantize.checks import check_finite, flat_gradient
 from terngrad.quantize.clipping import clip_to_sigma
 from terngrad.quantize.kernels import Draws, GridInput, Kernels, Moments
 from terngrad.quantize.layout import Layout
+from terngrad.quantize.message import Encoded
+from terngrad.quantize.random import stochastic_round
 from terngrad.wire import Codec
 
 FLOAT32_MAX = torch.finfo(torch.float32).max

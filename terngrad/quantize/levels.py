@@ -31,11 +31,12 @@ from typing import ClassVar
 
 import torch
 
-from terngrad.quantize.base import Encoded, Quantizer
+from terngrad.quantize.base import Quantizer
 from terngrad.quantize.checks import check_finite
 from terngrad.quantize.clipping import clip_to_sigma
 from terngrad.quantize.kernels import Draws, Kernels, resolve
 from terngrad.quantize.layout import Layout
+from terngrad.quantize.message import Encoded
 from terngrad.wire import Codec
 
 

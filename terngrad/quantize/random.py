@@ -99,3 +99,14 @@ class Streams:
     def key_array(self) -> np.ndarray:
         """The keys as uint64, for the kernels."""
         return np.array(self.keys, dtype=np.uint64)
+
+
+def stochastic_round(t: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """Unbiased random rounding: ``floor(t) + 1[u < t - floor(t)]``, so ``E = t`` for u ~ U[0, 1).
+
+    The variance of one rounding is ``f (1 - f)`` with ``f = t - floor(t)``. ``uniform`` comes
+    from ``torch.rand`` (24-bit resolution), so the probability of rounding up is off from ``f``
+    by less than 2**-24.
+    """
+    lower = t.floor()
+    return lower + (uniform < t - lower)
