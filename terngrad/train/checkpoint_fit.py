@@ -30,7 +30,7 @@ from terngrad.comm.agreement import check_saved_config, exchange_config
 from terngrad.comm.momentum import VarianceSource
 from terngrad.comm.plans import full_precision_names, last_layer_names
 from terngrad.comm.rank_state import RankState
-from terngrad.diloco_state import check_state
+from terngrad.diloco.state import check_state
 from terngrad.kernels import resolve
 from terngrad.local_steps import outer_sgd
 from terngrad.train import models

@@ -24,7 +24,7 @@ from terngrad.comm.agreement import differing_ranks
 from terngrad.comm.consistency import check_replicas
 from terngrad.comm.momentum import MomentumSource
 from terngrad.diloco import DiLoCo
-from terngrad.diloco_state import REPLICATED_STATE
+from terngrad.diloco.state import REPLICATED_STATE
 from terngrad.train import baselines, checkpoints, models, outputs, text
 from terngrad.train import data as datasets
 from terngrad.train.board import Board

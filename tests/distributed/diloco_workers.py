@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch import nn
 
 from terngrad.diloco import DiLoCo
-from terngrad.diloco_state import REPLICATED_STATE
+from terngrad.diloco.state import REPLICATED_STATE
 
 
 def model() -> nn.Module:

@@ -85,7 +85,7 @@ def test_diloco_s_defaults_are_written_once():
 def test_a_saved_diloco_state_has_one_check_in_one_wording():
     """``DiLoCo.load_state_dict`` and the trainer's checkpoint check (before any worker starts)
     run the same ``check_state``: each refusal one line, in the same words."""
-    from terngrad.diloco_state import STATE_FORMAT, STATE_KEYS, check_state
+    from terngrad.diloco.state import STATE_FORMAT, STATE_KEYS, check_state
 
     shapes = [(4, 3), (4,)]
     good = {"format": STATE_FORMAT, "local_steps": 8, "inner_steps": 16, "outer_steps": 2,

@@ -1,62 +1,10 @@
-"""Local steps with ternary outer gradients: DiLoCo (Douillard et al. 2023, arXiv 2311.08105)
-whose outer gradients go through terngrad's exchanges.
-
->>> outer = terngrad.diloco.DiLoCo(model, inner_optimizer, local_steps=16)
->>> for x, y in batches:
-...     loss_fn(model(x), y).backward(); inner_optimizer.step(); inner_optimizer.zero_grad()
-...     outer.step()                   # every 16th call: the outer step
->>> outer.stats.bytes_sent_per_step  # per inner step, comparable to the DDP hook's
-
-Each rank trains its own replica with its own (inner) optimizer, untouched: AdamW with its
-clipping, any schedule. Every ``H = local_steps`` inner steps, the outer step (Algorithm 1 of
-the paper):
-
-1. each rank's pseudo-gradient ``Δ_r = θ_anchor − θ_r`` (what its ``H`` steps moved);
-2. ``Δ = mean_r Δ_r``, through terngrad's exchange (:class:`~terngrad.comm.Synchronizer`, the
-   DDP hook's reducer): TernGrad by default — scalar sharing, the sum of N ranks' codes exact
-   and unbiased, the last layer and tensors under ``min_numel`` elements in fp32, as the hook;
-   ``quantizer="fp32"`` is the uncompressed DiLoCo baseline. Worker-side error feedback is
-   off by default (``error_feedback=True`` turns it on): on AdamW's pseudo-gradients, whose
-   values are evenly spread, plain error feedback's residual grows from one outer step to the
-   next, and a contracting one (``fit_scale``) delays what it holds back, which the outer
-   momentum pays for — measured on the GPT (docs/local-steps.md);
-3. the outer optimizer — SGD with Nesterov momentum (``outer_lr``, ``outer_momentum``,
-   DiLoCo's 0.7 and 0.9) — steps the anchor along ``Δ``, the same bits on every rank;
-4. every replica restarts from the anchor (bitwise equal on every rank), and buffers
-   (batch-norm statistics) are replaced by their mean over the ranks.
-
-Two ways past the plain form:
-
-* ``overlap=True``: the outer exchange runs in a background thread while the next ``H`` inner
-  steps compute, and its update lands one outer step late (the overlap of Streaming DiLoCo,
-  Douillard et al. 2025, arXiv 2501.18512, with a delay of one outer step): at outer step
-  ``k`` the averaged ``Δ_{k-1}`` steps the anchor, ``Δ_k`` leaves, and each replica restarts
-  from the anchor moved by its own ``Δ_k`` (``θ_r = anchor − Δ_{k,r}``: its last ``H`` steps
-  are kept until their average lands, not redone — restarting from the bare anchor makes
-  every rank redo them and the outer step count them twice, and diverged in our runs). The
-  replicas then differ by their own last window: :meth:`consensus` puts the anchor in for an
-  evaluation, :meth:`finish` lands the last update (every replica the anchor again).
-* ``local_steps="auto"``: ``H`` chosen once, at the :data:`AUTO_PROBE_STEPS`-th inner step,
-  from two measurements agreed over the ranks (their maximum): the seconds of one outer
-  exchange on this link (two probe exchanges of zeros when DiLoCo is made, the second timed;
-  the exchange's state is put back after them) and the seconds of an inner step (between
-  :meth:`step` calls). ``H`` is the smallest allowed value with
-  ``exchange / (H · step + exchange) ≤ max_comm_share`` (:func:`choose_local_steps`).
-
-A rank whose pseudo-gradient is not finite makes every rank skip the outer step (counted in
-``stats.skipped_outer_steps``): the anchor stays, every replica restarts from it. The bytes:
-TernGrad's sharded exchange moves ~3.6 bits an element at 4 ranks once every ``H`` steps,
-against DDP's 48 bits every step: at ``H = 16``, ~200x fewer bytes per inner step.
-"""
+"""The :class:`DiLoCo` class: an outer step every ``H`` inner steps (the algorithm, and the
+two ways past the plain form: :mod:`terngrad.diloco`)."""
 
 from __future__ import annotations
 
 import contextlib
-import itertools
-import math
-import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,27 +15,19 @@ from torch import nn
 from terngrad.comm.agreement import differing_ranks
 from terngrad.comm.options import Options
 from terngrad.comm.synchronizer import Synchronizer
-from terngrad.diloco_state import STATE_FORMAT, check_state
+from terngrad.diloco.auto import AutoLocalSteps
+from terngrad.diloco.overlap import InFlight
+from terngrad.diloco.state import STATE_FORMAT, check_state
 from terngrad.local_steps import (
-    AUTO_PROBE_STEPS,
     MAX_COMM_SHARE,
     OUTER_LR,
     OUTER_MOMENTUM,
     check_outer_settings,
-    choose_local_steps,
-    cloned,
     outer_sgd,
-    time_exchange,
 )
 from terngrad.quantize import Quantizer
 
-__all__ = [
-    "AUTO_PROBE_STEPS",
-    "DiLoCo",
-    "DiLoCoStats",
-    "check_outer_settings",
-    "choose_local_steps",
-]
+__all__ = ["DiLoCo", "DiLoCoStats"]
 
 
 @dataclass(frozen=True)
@@ -199,14 +139,12 @@ class DiLoCo:
         #: ``local_steps="auto"``: what it measured (seconds of an inner step and of an outer
         #: exchange, agreed over the ranks) and chose
         self.auto: dict[str, float] | None = None
-        self._step_times: list[float] = []
-        self._exchange_seconds = time_exchange(self.exchange) if local_steps == "auto" else math.nan
-        # overlap: the exchange in flight, its inputs and the exchange's state before it
-        self._executor = ThreadPoolExecutor(1, "terngrad-diloco") if overlap else None
-        self._pending: Future[bool] | None = None
-        self._pending_deltas: list[torch.Tensor] = []
-        self._pending_sent: list[torch.Tensor] = []
-        self._pending_exchange_state: dict[str, Any] | None = None
+        self._chooser = (
+            AutoLocalSteps(self.exchange, max_comm_share, choices)
+            if local_steps == "auto"
+            else None
+        )
+        self._in_flight = InFlight(self.exchange) if overlap else None
         #: overlap: where each replica restarted (the anchor moved by its own Δ in flight)
         self._starts: list[torch.Tensor] | None = None
 
@@ -257,10 +195,11 @@ class DiLoCo:
         ``local_steps``-th, the outer step. Returns whether this was an outer step."""
         self.inner_steps += 1
         if self.local_steps == "auto":
-            self._step_times.append(time.perf_counter())
-            if self.inner_steps < AUTO_PROBE_STEPS:
+            assert self._chooser is not None
+            if not self._chooser.tick():
                 return False
-            self._decide_local_steps()
+            self.auto = self._chooser.choose()
+            self.local_steps = int(self.auto["local_steps"])
         if self.inner_steps % self.local_steps:
             return False
         starts = self.anchor if self._starts is None else self._starts
@@ -272,12 +211,13 @@ class DiLoCo:
                 p.copy_(a)
             self._average_buffers()
             return True
-        if self._pending is not None:  # Δ_{k-1}, averaged while the last H steps ran
-            self._outer_update(self._pending_deltas, self._pending.result())
+        assert self._in_flight is not None
+        if self._in_flight.pending:  # Δ_{k-1}, averaged while the last H steps ran
+            self._outer_update(*self._in_flight.land())
         sent = [d.clone() for d in deltas]
         self._restart_with_own(sent)
         self._average_buffers()
-        self._launch(deltas, sent)
+        self._in_flight.launch(deltas, sent)
         return True
 
     def finish(self) -> None:
@@ -285,14 +225,12 @@ class DiLoCo:
         model holds every outer step (call it after the last :meth:`step`: the replicas then
         restart from the anchor, bitwise equal, or, between outer steps, keep the steps since
         on it). A no-op when no exchange is in flight."""
-        if self._pending is None:
+        if self._in_flight is None or not self._in_flight.pending:
             return
         with torch.no_grad():
-            self._outer_update(self._pending_deltas, self._pending.result())
+            self._outer_update(*self._in_flight.land())
             starts = self._starts or self.anchor
-            self._pending, self._starts = None, None
-            self._pending_deltas, self._pending_sent = [], []
-            self._pending_exchange_state = None
+            self._starts = None
             for p, a, s in zip(self.params, self.anchor, starts, strict=True):
                 if self.in_sync:
                     p.copy_(a)
@@ -303,8 +241,8 @@ class DiLoCo:
         """With ``overlap``: wait until the exchange in flight has arrived, without applying it
         (that stays for the next outer step): call it before a collective of one's own on the
         exchange's process group, which the exchange's thread would otherwise race."""
-        if self._pending is not None:
-            self._pending.result()
+        if self._in_flight is not None:
+            self._in_flight.wait()
 
     def _outer_update(self, deltas: list[torch.Tensor], skipped: bool) -> None:
         """The outer SGD steps the anchor along the averaged ``deltas`` (or, when a rank's
@@ -324,32 +262,6 @@ class DiLoCo:
         for p, a, d in zip(self.params, self.anchor, sent, strict=True):
             p.copy_(a - d)
         self._starts = [p.detach().clone() for p in self.params]
-
-    def _launch(self, deltas: list[torch.Tensor], sent: list[torch.Tensor]) -> None:
-        """Start averaging ``deltas`` in the background (overlap); what a checkpoint taken
-        before it lands needs is kept: this rank's pseudo-gradient as ``sent`` and the
-        exchange's state before it."""
-        assert self._executor is not None
-        self._pending_exchange_state = cloned(self.exchange.state_dict())
-        self._pending_sent = sent
-        self._pending_deltas = deltas
-        # grad mode is per thread: the exchange's thread runs under its own no_grad
-        self._pending = self._executor.submit(torch.no_grad()(self.exchange.average), deltas)
-
-    def _decide_local_steps(self) -> None:
-        """``local_steps="auto"``: ``H`` from the inner steps timed so far and the probe
-        exchange, both agreed over the ranks as their maximum (one 16-byte all-reduce)."""
-        gaps = [b - a for a, b in itertools.pairwise(self._step_times)]
-        measured = torch.tensor([sum(gaps) / len(gaps), self._exchange_seconds],
-                                dtype=torch.float64)  # fmt: skip
-        dist.all_reduce(measured, op=dist.ReduceOp.MAX, group=self.exchange.reducer.link.group)
-        step_s, exchange_s = measured.tolist()
-        self.local_steps = choose_local_steps(step_s, exchange_s, self.max_comm_share,
-                                              self.auto_choices)  # fmt: skip
-        self.auto = {"inner_step_seconds": step_s, "exchange_seconds": exchange_s,
-                     "max_comm_share": self.max_comm_share,
-                     "local_steps": self.local_steps}  # fmt: skip
-        self._step_times = []
 
     def _average_buffers(self) -> None:
         """Every floating-point buffer replaced by its mean over the ranks (fp32 all-reduce,
@@ -373,7 +285,8 @@ class DiLoCo:
         would give every rank rank 0's). Save one per rank. With ``overlap``, an exchange in
         flight is not waited for: its input (this rank's pseudo-gradient) and the exchange's
         state before it are saved, and :meth:`load_state_dict` sends it again."""
-        pending = self._pending is not None
+        flight = self._in_flight
+        pending = flight is not None and flight.pending
         return {
             "format": STATE_FORMAT,
             "local_steps": self.local_steps,
@@ -382,10 +295,10 @@ class DiLoCo:
             "skipped_outer_steps": self.skipped_outer_steps,
             "anchor": [a.detach().clone() for a in self.anchor],
             "outer_optimizer": self.outer_optimizer.state_dict(),
-            "exchange": self._pending_exchange_state if pending else self.exchange.state_dict(),
+            "exchange": flight.exchange_state if pending else self.exchange.state_dict(),
             "inner_optimizer": self.inner_optimizer.state_dict(),
             "overlap": self.overlap,
-            "pending": [d.clone() for d in self._pending_sent] if pending else None,
+            "pending": [d.clone() for d in flight.sent] if pending else None,
             "auto": self.auto,
         }
 
@@ -396,9 +309,8 @@ class DiLoCo:
         check_state(state, [tuple(a.shape) for a in self.anchor], self.local_steps,
                     self.overlap, self.auto_choices)  # fmt: skip
         saved_h = state["local_steps"]
-        if self._pending is not None:
-            self._pending.result()  # (the replaced run's exchange lands before it is dropped)
-            self._pending = None
+        if self._in_flight is not None and self._in_flight.pending:
+            self._in_flight.land()  # (the replaced run's exchange lands before it is dropped)
         self.exchange.load_state_dict(state["exchange"])
         self.outer_optimizer.load_state_dict(state["outer_optimizer"])
         self.inner_optimizer.load_state_dict(state["inner_optimizer"])
@@ -408,7 +320,9 @@ class DiLoCo:
         self.inner_steps = int(state["inner_steps"])
         self.outer_steps = int(state["outer_steps"])
         self.skipped_outer_steps = int(state["skipped_outer_steps"])
-        self.local_steps, self.auto, self._step_times = saved_h, state.get("auto"), []
+        self.local_steps, self.auto = saved_h, state.get("auto")
+        if self._chooser is not None:
+            self._chooser.restart()
         self._starts = None
         if state["pending"] is not None:
             sent = [t.clone() for t in state["pending"]]
@@ -417,7 +331,8 @@ class DiLoCo:
                     self._restart_with_own(sent)  # (a replica saved just after its outer step)
                 else:
                     self._starts = [a.detach() - d for a, d in zip(self.anchor, sent, strict=True)]
-            self._launch([d.clone() for d in sent], sent)
+            assert self._in_flight is not None
+            self._in_flight.launch([d.clone() for d in sent], sent)
 
 
 def _local_gradients(_, bucket):  # DDP checks real annotations; these would be strings
