@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 import terngrad.diloco
-from terngrad.comm.consistency import check_replicas
+from terngrad.comm.rank.consistency import check_replicas
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--local-steps", type=int, default=16)

@@ -13,8 +13,8 @@ Hugging Face Trainer: :mod:`terngrad.integrations`.
 """
 
 from terngrad.comm.errors import CollectiveFailed
-from terngrad.comm.hook import State, hook, register
-from terngrad.comm.options import Options
-from terngrad.comm.stats import Stats, Timing
+from terngrad.comm.front.hook import State, hook, register
+from terngrad.comm.rank.stats import Stats, Timing
+from terngrad.comm.spec.options import Options
 
 __all__ = ["CollectiveFailed", "Options", "State", "Stats", "Timing", "hook", "register"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from terngrad.comm.synchronizer import Synchronizer
+from terngrad.comm.front.synchronizer import Synchronizer
 from terngrad.util.settings import FRACTION, POSITIVE
 
 __all__ = ["AUTO_MAX_LOCAL_STEPS", "AUTO_PROBE_STEPS", "MAX_COMM_SHARE", "OUTER_LR",

@@ -43,8 +43,8 @@ from typing import Any
 import torch
 
 from terngrad import quantize
-from terngrad.comm.exchange import shard_bounds
-from terngrad.comm.grid_step import GridStep
+from terngrad.comm.exchanges.exchange import shard_bounds
+from terngrad.comm.exchanges.grid_step import GridStep
 from terngrad.kernels import Streams, resolve
 from terngrad.quantize import Layout
 from terngrad.util.timing import median_seconds

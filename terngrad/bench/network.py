@@ -16,7 +16,7 @@ and decoding. Methods:
   hangs with several;
 * ``terngrad``, ``terngrad-ps``, ``qsgd-5``, ... — this library's hook (sharded unless named).
 
-The methods are those of :data:`terngrad.comm.methods.METHODS`.
+The methods are those of :data:`terngrad.comm.spec.methods.METHODS`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from terngrad.bench.testbed import PREFIX, BenchFailed, Testbed
-from terngrad.comm import methods
+from terngrad.comm.spec import methods
 from terngrad.train import models
 from terngrad.util import lifetime, netdev
 from terngrad.util.threads import use_threads

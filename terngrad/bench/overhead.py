@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from terngrad.comm.methods import Method, get, select
+from terngrad.comm.spec.methods import Method, get, select
 
 CODEC = ("grid_prepare", "grid_pack", "sum_packed", "decode_into", "level_fit", "level_pack",
          "level_decode")  # fmt: skip
@@ -96,7 +96,7 @@ def instrument(state, clock: Clock) -> None:
     """Time the parts of ``state``'s exchange (a built :class:`terngrad.ddp.State`) into
     ``clock``: its backend's operations, the frame functions its grid steps call, its link's
     collectives (with the bytes each sent), and its worker thread's whole bucket."""
-    from terngrad.comm import grid_step
+    from terngrad.comm.exchanges import grid_step
 
     reducer = state.reducer
     backend = reducer.kernels

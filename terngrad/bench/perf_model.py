@@ -41,7 +41,8 @@ from dataclasses import dataclass
 
 from terngrad.bench import traffic_model
 from terngrad.bench.profile import Param, Profile, profile, profile_model
-from terngrad.comm import Options, methods
+from terngrad.comm import Options
+from terngrad.comm.spec import methods
 
 __all__ = [
     "Cluster", "Param", "Profile", "Step", "method", "modelled", "predict", "profile",

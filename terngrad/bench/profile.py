@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from terngrad.comm.plans import last_layer_names
+from terngrad.comm.rank.plans import last_layer_names
 
 FIRST_BUCKET_BYTES = 2**20  # DDP's first bucket
 BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb default

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from terngrad.bench.perf_model import Cluster, Profile, predict, profile_model
-from terngrad.comm.traffic import ring_bytes
+from terngrad.comm.exchanges.traffic import ring_bytes
 from terngrad.util.files import atomic_write
 
 

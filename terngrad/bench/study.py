@@ -30,10 +30,10 @@ import torch
 from torch import nn
 
 from terngrad import quantize
-from terngrad.comm import methods as table
-from terngrad.comm.options import Options
+from terngrad.comm.spec import methods as table
+from terngrad.comm.spec.options import Options
 
-#: the methods compared by default (names of :data:`terngrad.comm.methods.METHODS`)
+#: the methods compared by default (names of :data:`terngrad.comm.spec.methods.METHODS`)
 DEFAULT_METHODS = (
     "fp16", "terngrad", "terngrad-noclip", "terngrad-b512",
     *(f"{q}-{s}" for q in ("qsgd", "linear", "orq") for s in (3, 5, 9)),
@@ -262,7 +262,7 @@ def study(
     """Train ``model`` for ``steps`` steps on ``batches`` (pairs of inputs and targets) with
     ``optimizer`` (default: SGD, lr 0.01, momentum 0.9), keep the gradients at the steps in
     ``capture_at`` (default: five evenly spaced from 0 to ``steps``), and measure every method
-    of ``methods`` (names of :data:`terngrad.comm.methods.METHODS`) on them with ``draws``
+    of ``methods`` (names of :data:`terngrad.comm.spec.methods.METHODS`) on them with ``draws``
     draws each."""
     catalogue = check_methods(methods)
     if not (isinstance(steps, int) and steps >= 0):

@@ -1,7 +1,7 @@
 """What every method of the table sends at every rank in a step of DDP training: the bytes and
 messages of each collective, per DDP bucket, exactly as the hook's counters and PyTorch's
 collectives count them (``tests/distributed/test_traffic_model.py`` checks every method of
-:data:`terngrad.comm.methods.METHODS` against a real 2- and 4-rank run, step by step).
+:data:`terngrad.comm.spec.methods.METHODS` against a real 2- and 4-rank run, step by step).
 
 Per bucket of ``n`` elements (DDP's buckets: :meth:`Profile.buckets`, all in one in a run's
 first step), N ranks:
@@ -13,8 +13,9 @@ first step), N ranks:
   ``2 (rows + cols) min(rows, cols, r) < rows cols``), their P factors (``rows r``) and their Q
   factors (``cols r``), all fp32;
 * terngrad's hook: the quantized parameters through the topology
-  (:func:`~terngrad.comm.traffic.exchange_traffic`: frames, scales, flags), the parameters it
-  keeps in fp32 (the last layer, small tensors) in one all-reduce with the last bucket;
+  (:func:`~terngrad.comm.exchanges.traffic.exchange_traffic`: frames, scales, flags), the
+  parameters it keeps in fp32 (the last layer, small tensors) in one all-reduce with the last
+  bucket;
   ``fused``: one exchange of every bucket at the last; a ``warmup``: every bucket in a plain
   all-reduce for the run's first ``full_precision_steps`` steps; a ``localvar`` recipe: at
   the steps its optimizer averages the variances (1, 2, 4, ... below N, then every N-th), one
@@ -32,9 +33,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from terngrad.bench.profile import Param, Profile
-from terngrad.comm.methods import LocalVariance, Method, get
-from terngrad.comm.options import Options
-from terngrad.comm.traffic import NONE, Traffic, all_reduce, exchange_traffic, plus
+from terngrad.comm.exchanges.traffic import NONE, Traffic, all_reduce, exchange_traffic, plus
+from terngrad.comm.spec.methods import LocalVariance, Method, get
+from terngrad.comm.spec.options import Options
 from terngrad.quantize import Layout
 from terngrad.train.baselines import POWERSGD_START
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from terngrad.bench.perf_model import Cluster, Profile, modelled, predict
-from terngrad.comm import methods
+from terngrad.comm.spec import methods
 from terngrad.util.files import read_json
 
 

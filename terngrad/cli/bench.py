@@ -32,7 +32,8 @@ from terngrad.util.settings import INT64
 def add(sub: argparse._SubParsersAction) -> None:
     from terngrad.bench.network import DEFAULT_METHODS as NETWORK_METHODS
     from terngrad.bench.testbed import BANDWIDTHS
-    from terngrad.comm import Options, methods
+    from terngrad.comm import Options
+    from terngrad.comm.spec import methods
     from terngrad.experiments.time_to_accuracy import DEFAULT_METHODS as ACCURACY_METHODS
     from terngrad.train import models
     from terngrad.train.config import TrainConfig

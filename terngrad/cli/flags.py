@@ -248,7 +248,7 @@ def add_time_limit(group, default: float, what: str) -> None:
 
 
 def add_methods(group, default: Collection[str], choices: Collection[str] | None = None) -> None:
-    """``--methods``: names of :data:`terngrad.comm.methods.METHODS` (``default`` in this
+    """``--methods``: names of :data:`terngrad.comm.spec.methods.METHODS` (``default`` in this
     order; any of ``choices``, by default the defaults), checked by the experiment (one line
     naming the choices)."""
     group.add_argument(

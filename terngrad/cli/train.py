@@ -52,7 +52,8 @@ def config(args: argparse.Namespace, **fixed: Any):
     method's (:func:`~terngrad.train.configure.configure`), the exchange flags given put over
     it, and a flag of what the method decides otherwise (``--local-steps 8`` with a method
     whose H is 1) refused in one line."""
-    from terngrad.comm import Options, methods
+    from terngrad.comm import Options
+    from terngrad.comm.spec import methods
     from terngrad.train.config import TrainConfig
     from terngrad.train.configure import METHOD_SETTINGS, configure, refuse_disagreements
 

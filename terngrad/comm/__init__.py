@@ -1,28 +1,23 @@
-"""The distributed layer: the exchange's options, the exchange algorithms and their traffic,
-counted collectives, error feedback, the reducer that runs a step's exchanges, and the DDP
-communication hook (public entry point: :mod:`terngrad.ddp`).
+"""The distributed layer (public entry point: :mod:`terngrad.ddp`), in four rooms, each
+importing only the ones before it:
 
-Files: ``options`` (the one options object), ``methods`` (every way to average gradients, named
-by one rule), ``exchange`` (the exchanges' interface), ``topologies`` (sharded, ps, allgather,
-own-scales), ``grid_step`` (one rank's digits on the shared grid), ``traffic`` (exact byte
-formulas), ``link`` (counted collectives),
-``memory`` (error feedback), ``plans`` (which parameters of a bucket are quantized),
-``rank_state`` (what one rank's exchange keeps, DDP's and FSDP's), ``reducer`` (a rank's
-exchange of a model, step by step), ``stats``, ``policy`` (the auto policy), ``hook`` (the DDP
-glue), ``synchronizer`` (loops without DDP), ``consistency`` (replica checks), ``errors``.
+* :mod:`~terngrad.comm.exchanges`: the exchange algorithms: counted collectives (``link``), the
+  interface and the topologies, steps on the shared grid or agreed levels, the exact traffic
+  of each;
+* :mod:`~terngrad.comm.spec`: what a run is before any rank talks: the exchange's ``Options``,
+  the ``Method`` and its naming rule, the table of methods;
+* :mod:`~terngrad.comm.rank`: one rank's running state: error feedback, the exchanged momentum,
+  bucket plans, the full-precision all-reduce, the auto policy, counters, agreement across
+  ranks, saved states and their checks, and the ``Reducer`` that runs a step's exchanges;
+* :mod:`~terngrad.comm.front`: the front doors: the DDP hook and the ``Synchronizer``.
+
+What goes wrong between ranks, for all of them: :mod:`terngrad.comm.errors`.
 """
 
 from terngrad.comm.errors import CollectiveFailed, ExchangeMismatch
-from terngrad.comm.exchange import AGGREGATES, Exchange, Result, shard_bounds
-from terngrad.comm.hook import State, hook, register
-from terngrad.comm.link import ByteCounter, Link
-from terngrad.comm.memory import ErrorFeedback
-from terngrad.comm.options import MIN_NUMEL, POLICIES, Options
-from terngrad.comm.plans import last_layer_names
-from terngrad.comm.reducer import Reducer, rank_seed
-from terngrad.comm.stats import Stats, Timing
-from terngrad.comm.synchronizer import Synchronizer
-from terngrad.comm.topologies import (
+from terngrad.comm.exchanges.exchange import AGGREGATES, Exchange, Result, shard_bounds
+from terngrad.comm.exchanges.link import ByteCounter, Link
+from terngrad.comm.exchanges.topologies import (
     TOPOLOGIES,
     AllGatherExchange,
     OwnScalesExchange,
@@ -30,7 +25,14 @@ from terngrad.comm.topologies import (
     ShardedExchange,
     make_exchange,
 )
-from terngrad.comm.traffic import Traffic, grid_traffic, ring_bytes
+from terngrad.comm.exchanges.traffic import Traffic, grid_traffic, ring_bytes
+from terngrad.comm.front.hook import State, hook, register
+from terngrad.comm.front.synchronizer import Synchronizer
+from terngrad.comm.rank.memory import ErrorFeedback
+from terngrad.comm.rank.plans import last_layer_names
+from terngrad.comm.rank.reducer import Reducer, rank_seed
+from terngrad.comm.rank.stats import Stats, Timing
+from terngrad.comm.spec.options import MIN_NUMEL, POLICIES, Options
 from terngrad.kernels import stream_seed
 
 __all__ = [

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-from terngrad.comm.synchronizer import Synchronizer
+from terngrad.comm.front.synchronizer import Synchronizer
 from terngrad.local_steps import AUTO_PROBE_STEPS, choose_local_steps, time_exchange
 
 __all__ = ["AutoLocalSteps"]

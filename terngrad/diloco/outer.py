@@ -12,9 +12,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from terngrad.comm.agreement import differing_ranks
-from terngrad.comm.options import Options
-from terngrad.comm.synchronizer import Synchronizer
+from terngrad.comm.front.synchronizer import Synchronizer
+from terngrad.comm.rank.agreement import differing_ranks
+from terngrad.comm.spec.options import Options
 from terngrad.diloco.auto import AutoLocalSteps
 from terngrad.diloco.overlap import InFlight
 from terngrad.diloco.state import STATE_FORMAT, check_state

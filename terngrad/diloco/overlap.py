@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from terngrad.comm.synchronizer import Synchronizer
+from terngrad.comm.front.synchronizer import Synchronizer
 from terngrad.local_steps import cloned
 
 __all__ = ["InFlight"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from terngrad.comm import saved_state
+from terngrad.comm.rank import saved_state
 
 __all__ = ["KIND", "REPLICATED_STATE", "STATE_FORMAT", "STATE_KEYS", "check_state"]
 

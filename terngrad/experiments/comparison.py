@@ -40,7 +40,7 @@ class RunStopped(Exception):
 @dataclass(frozen=True)
 class Run:
     """One training run of a comparison: its ``method`` (a name of
-    :data:`terngrad.comm.methods.METHODS`), its config (whose ``out`` is its own folder),
+    :data:`terngrad.comm.spec.methods.METHODS`), its config (whose ``out`` is its own folder),
     its ``label`` in progress lines, and ``tags`` the report groups by (seed, variant, ...)."""
 
     method: str

@@ -4,7 +4,7 @@ TernGrad was shown on CNNs; users of GRACE report that it diverged on BERT with 
 (sands-lab/grace#14). This comparison trains the character-level GPT of
 :mod:`terngrad.train.models` on Python's documentation (:mod:`terngrad.train.text`) with AdamW,
 a linear warm-up from lr/10 over a tenth of the steps and cosine decay to lr/10, ``workers``
-real processes, and these methods of :data:`terngrad.comm.methods.METHODS`:
+real processes, and these methods of :data:`terngrad.comm.spec.methods.METHODS`:
 
 * ``fp32``, ``fp16``: PyTorch's DDP all-reduce and its fp16 compression hook, the references;
 * ``terngrad``: the hook's defaults — one scale per tensor, clipping at 2.5 sigma, the last layer
@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from terngrad.comm import methods
+from terngrad.comm.spec import methods
 from terngrad.experiments import comparison
 from terngrad.experiments.comparison import Comparison, Run, spread
 from terngrad.experiments.time_to_accuracy_report import rate_words

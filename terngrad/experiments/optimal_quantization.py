@@ -10,7 +10,7 @@ bytes that travel.
 * Every method quantizes every tensor (the last layer too, no size floor: the protocol
   :data:`PROTOCOL`) in buckets of 512 elements, one set of scales (or levels) each: the methods
   ``terngrad-b512``, ``qsgd-s``, ``linear-s``, ``orq-s``, ``bingrad-b``, ``bingrad-pb`` and
-  ``signsgd-b512`` of :data:`terngrad.comm.methods.METHODS`. The available text of the paper
+  ``signsgd-b512`` of :data:`terngrad.comm.spec.methods.METHODS`. The available text of the paper
   does not state its bucket size ``d``; 512 is QSGD's, and what ``terngrad study`` uses.
 * ``noclip``: the methods as they are (TernGrad without its clipping). ``clip``: every method
   clips at 2.5 sigma (:mod:`terngrad.quantize.clipping`) and every run of the variant, fp32
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from terngrad.comm import methods
+from terngrad.comm.spec import methods
 from terngrad.experiments import comparison
 from terngrad.experiments.comparison import Comparison, Run, spread
 from terngrad.train.config import TrainConfig

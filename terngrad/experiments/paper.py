@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from terngrad.comm import methods
+from terngrad.comm.spec import methods
 from terngrad.experiments.comparison import Comparison, Run
 from terngrad.train import outputs
 from terngrad.train.config import TrainConfig

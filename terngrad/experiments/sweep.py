@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from terngrad.bench import testbed
-from terngrad.comm import methods
+from terngrad.comm.spec import methods
 from terngrad.experiments.time_to_accuracy import AccuracyComparison
 from terngrad.experiments.time_to_accuracy_report import rate_words, results_target
 from terngrad.util.files import atomic_write, atomic_write_text

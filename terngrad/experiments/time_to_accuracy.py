@@ -9,7 +9,7 @@ the testbed of :mod:`terngrad.bench.testbed` (one network namespace per rank, li
 ``tc tbf``) is built once; in it each method trains as ``terngrad train`` does (real data,
 evaluations, checkpoints), its ranks started in their namespaces (``python -m
 terngrad.train.launch``, environment rendezvous over the shaped links). The methods are those of
-:data:`terngrad.comm.methods.METHODS`: PyTorch's own (``fp32``, ``fp16``, ``powersgd``) and
+:data:`terngrad.comm.spec.methods.METHODS`: PyTorch's own (``fp32``, ``fp16``, ``powersgd``) and
 terngrad's hook, every one under the run's ``quantize_last`` and ``min_numel``.
 
 Per method, from the trainer's evaluations (``metrics.jsonl``):
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from terngrad.bench import testbed
-from terngrad.comm import methods
+from terngrad.comm.spec import methods
 from terngrad.experiments import time_to_accuracy_report as report
 from terngrad.experiments.comparison import Comparison, Echo, Observe, Run, Train
 from terngrad.experiments.time_to_accuracy_plot import plot

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from terngrad.comm import methods
+from terngrad.comm.spec import methods
 from terngrad.experiments.comparison import Run
 from terngrad.train import data as datasets
 from terngrad.train import models, outputs

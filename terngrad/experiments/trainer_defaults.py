@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from terngrad.comm.traffic import ring_bytes
+from terngrad.comm.exchanges.traffic import ring_bytes
 from terngrad.train import text
 from terngrad.util.files import atomic_write_text
 
@@ -196,8 +196,8 @@ def counted_bytes(model: torch.nn.Module, setting: Setting | None,
     step, or with local steps the outer step's bytes over its ``H`` inner steps."""
     from terngrad.bench.profile import Param, Profile
     from terngrad.bench.traffic_model import transfers
-    from terngrad.comm.methods import Method
-    from terngrad.comm.plans import last_layer_names
+    from terngrad.comm.rank.plans import last_layer_names
+    from terngrad.comm.spec.methods import Method
 
     last = last_layer_names(model)
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from terngrad.comm import methods
+from terngrad.comm.spec import methods
 from terngrad.experiments import comparison
 from terngrad.experiments.comparison import Comparison, Echo, Observe, Run, RunStopped, Train
 from terngrad.experiments.time_to_accuracy_report import target_words

@@ -21,8 +21,8 @@ from typing import Any
 
 from torch import nn
 
-from terngrad.comm.hook import State
-from terngrad.comm.hook import register as register_ddp
+from terngrad.comm.front.hook import State
+from terngrad.comm.front.hook import register as register_ddp
 
 
 def register(accelerator: Any, model: nn.Module, quantizer: str = "terngrad",

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from terngrad.comm.hook import State
+from terngrad.comm.front.hook import State
 from terngrad.diloco import DiLoCo
 from terngrad.util.files import MEMORY_LIMIT, atomic_write, read_bounded
 

@@ -12,8 +12,8 @@ from typing import Any
 from torch import nn
 
 import terngrad.fsdp
-from terngrad.comm import methods
-from terngrad.comm.options import Options
+from terngrad.comm.spec import methods
+from terngrad.comm.spec.options import Options
 
 
 def local_steps_of(

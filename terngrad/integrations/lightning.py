@@ -39,9 +39,10 @@ import torch.distributed as dist
 from torch import nn
 
 import terngrad.fsdp
-from terngrad.comm.hook import State, check_registrable, hook
-from terngrad.comm.methods import hook_options
-from terngrad.comm.options import Options
+from terngrad.comm.front.ddp_model import check_registrable
+from terngrad.comm.front.hook import State, hook
+from terngrad.comm.spec.methods import hook_options
+from terngrad.comm.spec.options import Options
 from terngrad.diloco import DiLoCo, check_outer_settings
 from terngrad.integrations import checkpoints
 from terngrad.integrations.common import (

@@ -73,10 +73,10 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 import terngrad.fsdp
-from terngrad.comm.hook import State
-from terngrad.comm.methods import hook_options
-from terngrad.comm.momentum import MomentumSource
-from terngrad.comm.traffic import ring_bytes
+from terngrad.comm.exchanges.traffic import ring_bytes
+from terngrad.comm.front.hook import State
+from terngrad.comm.rank.momentum import MomentumSource
+from terngrad.comm.spec.methods import hook_options
 from terngrad.diloco import DiLoCo, check_outer_settings
 from terngrad.integrations import accelerate, checkpoints
 from terngrad.integrations.common import (

@@ -12,7 +12,7 @@ Measured here: TernGrad with AdamW ends +5.1% in loss on the GPT (docs/results/t
 Both forms step alike once the momentum is exchanged. With a denominator ``d`` that is the same
 on every rank and fixed within the step, ``u = m / d`` (the *preconditioned* momentum) is linear
 in the gradient: each rank computes its own ``u_i = (beta1 m + (1 - beta1) g_i) / d``, and the
-hook averages those, compressed with error feedback (:mod:`terngrad.comm.momentum`):
+hook averages those, compressed with error feedback (:mod:`terngrad.comm.rank.momentum`):
 ``u <- mean_i C(u_i + e_i)`` — the same ``u`` on every rank, which the optimizer receives as
 ``p.grad``; it keeps ``m = u d`` and steps ``p <- p (1 - lr wd) - lr u / (1 - beta1^t)``.
 

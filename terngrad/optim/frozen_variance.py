@@ -40,7 +40,7 @@ class FrozenVarianceAdamW(MomentumExchangedAdamW):
         super().__init__(params, lr, betas, eps, weight_decay, variance_floor)
         self.warmup_steps = warmup_steps
 
-    # --- what the hook reads (terngrad.comm.momentum)
+    # --- what the hook reads (terngrad.comm.rank.momentum)
 
     def exchanged_momentum(
         self, param: torch.Tensor

@@ -63,7 +63,7 @@ class LocalVarianceAdamW(MomentumExchangedAdamW):
             return step & (step - 1) == 0  # a power of two
         return step % self.sync_every == 0
 
-    # --- what the hook reads and gives (terngrad.comm.momentum)
+    # --- what the hook reads and gives (terngrad.comm.rank.momentum)
 
     def exchanged_momentum(
         self, param: torch.Tensor

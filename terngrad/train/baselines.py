@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from terngrad.comm.methods import BASELINES, POWERSGD_RANK
+from terngrad.comm.spec.methods import BASELINES, POWERSGD_RANK
 
 POWERSGD_START = 2  # plain all-reduce for the first steps, as PyTorch's docs advise
 

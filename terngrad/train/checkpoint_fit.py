@@ -26,10 +26,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from terngrad.comm.agreement import check_saved_config, exchange_config
-from terngrad.comm.momentum import VarianceSource
-from terngrad.comm.plans import full_precision_names, last_layer_names
-from terngrad.comm.rank_state import RankState
+from terngrad.comm.rank.agreement import exchange_config
+from terngrad.comm.rank.momentum import VarianceSource
+from terngrad.comm.rank.plans import full_precision_names, last_layer_names
+from terngrad.comm.rank.reducer import check_hook_state
 from terngrad.diloco.state import check_state
 from terngrad.kernels import resolve
 from terngrad.local_steps import outer_sgd
@@ -37,9 +37,6 @@ from terngrad.train import models
 from terngrad.train.checkpoints import Unusable
 from terngrad.train.config import TrainConfig
 from terngrad.train.setup import load_data, make_optimizer, make_schedule
-
-#: the counters a hook state keeps (``messages_sent`` may be missing: states before 0.3)
-_COUNTERS = ("steps", "skipped_steps", "bytes_sent", "bytes_received")
 
 
 class _Misfit(Exception):
@@ -257,55 +254,15 @@ def _exchange_config(cfg: TrainConfig, model: nn.Module) -> dict[str, Any]:
 
 def _check_exchange(what: str, rank: int, state: Any, cfg: TrainConfig, model: nn.Module,
                     variance: bool = False) -> None:  # fmt: skip
-    """One rank's exchange state, as :meth:`terngrad.comm.rank_state.RankState.load_state_dict`
-    and the reducer load it."""
-    if not isinstance(state, dict) or state.get("format") != RankState.state_format:
-        raise _Misfit(f"its {what} is not a terngrad hook state of this version")
-    missing = [k for k in ("config", "rank", "residuals", "generator", "server_residuals",
-                           "counters") if k not in state]  # fmt: skip
-    if missing:
-        raise _Misfit(f"its {what} lacks {', '.join(missing)}")
-    if not isinstance(state["config"], dict):
-        raise _Misfit(f"its {what}'s configuration is {_kind(state['config'])}")
+    """One rank's exchange state, by the hook's own check (one wording:
+    :func:`~terngrad.comm.rank.reducer.check_hook_state`) against the run's configuration."""
+    params = _exchanged(model)
+    excluded = full_precision_names(params, last_layer_names(model), cfg.hook_options)
+    sizes = {n: p.numel() for n, p in params if n not in excluded}
     try:
-        check_saved_config(_exchange_config(cfg, model), state["config"])
+        check_hook_state(state, _exchange_config(cfg, model), rank, sizes, variance)
     except ValueError as exc:
         raise _Misfit(f"its {what}: {exc}") from None
-    if state["rank"] != rank or isinstance(state["rank"], bool):
-        raise _Misfit(f"its {what} is rank {state['rank']!r}'s")
-    sizes = {n: p.numel() for n, p in _exchanged(model)}
-    for key in ("residuals", "server_residuals"):
-        if not isinstance(state[key], dict):
-            raise _Misfit(f"its {what}'s {key} is {_kind(state[key])}, not a dict")
-    for name, r in state["residuals"].items():
-        if name not in sizes:
-            raise _Misfit(f"its {what} holds a residual of {name!r}, not a parameter")
-        _tensor(f"{what}'s residual of {name}", r, None, numel=sizes[name])
-        if r.dim() != 1:
-            raise _Misfit(f"its {what}'s residual of {name} is {_kind(r)}, not flat")
-    for key, r in state["server_residuals"].items():
-        _tensor(f"{what}'s server residual {key!r}", r, None)
-    _check_generator(f"{what}'s generator", state["generator"], torch.Generator().get_state().shape)
-    counters = state["counters"]
-    if not isinstance(counters, dict):
-        raise _Misfit(f"its {what}'s counters are {_kind(counters)}")
-    for key in (*_COUNTERS, *(["messages_sent"] if "messages_sent" in counters else [])):
-        _count(f"{what}'s {key}", counters.get(key))
-    saved = state.get("local_variance")
-    if (saved is None) == variance:
-        has = "has no" if saved is None else "has a"
-        raise _Misfit(f"its {what} {has} variance measured on each rank, the run's optimizer "
-                      f"{'needs' if variance else 'keeps none'}")  # fmt: skip
-    if saved is not None:
-        if not isinstance(saved, dict) or set(saved) != {"variances", "momenta"}:
-            raise _Misfit(f"its {what}'s local variance is not variances and momenta")
-        for part in ("variances", "momenta"):
-            if not isinstance(saved[part], dict):
-                raise _Misfit(f"its {what}'s local {part} are {_kind(saved[part])}")
-            for name, t in saved[part].items():
-                if name not in sizes:
-                    raise _Misfit(f"its {what} holds local {part} of {name!r}, not a parameter")
-                _tensor(f"{what}'s local {part} of {name}", t, None, numel=sizes[name])
 
 
 def _check_hook_state(rank: int, state: Any, cfg: TrainConfig, model: nn.Module) -> None:

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from terngrad.comm import Options
-from terngrad.comm.method_spec import FrozenVariance, LocalVariance, Method
-from terngrad.comm.options import MAX_TIMEOUT
+from terngrad.comm.spec.method_spec import FrozenVariance, LocalVariance, Method
+from terngrad.comm.spec.options import MAX_TIMEOUT
 from terngrad.local_steps import AUTO_PROBE_STEPS, MAX_COMM_SHARE, OUTER_LR, OUTER_MOMENTUM
 from terngrad.train import baselines, models, schedule
 from terngrad.train import data as datasets

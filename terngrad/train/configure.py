@@ -1,4 +1,4 @@
-"""A method (:mod:`terngrad.comm.methods`) made into a training run's config: PyTorch's
+"""A method (:mod:`terngrad.comm.spec.methods`) made into a training run's config: PyTorch's
 baseline, or the hook's options with the method's warm-up in steps, its optimizer recipe
 (``frozen-adamw``, ``local-adamw``) and its local steps (DiLoCo) — the one place a method
 rewrites a :class:`TrainConfig`.
@@ -18,8 +18,8 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from terngrad.comm.methods import POWERSGD_RANK, FrozenVariance, LocalVariance, Method
-from terngrad.comm.options import Options
+from terngrad.comm.spec.methods import POWERSGD_RANK, FrozenVariance, LocalVariance, Method
+from terngrad.comm.spec.options import Options
 from terngrad.train.config import TrainConfig
 
 

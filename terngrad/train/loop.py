@@ -20,9 +20,9 @@ from torch import nn
 
 import terngrad.ddp
 from terngrad.comm import CollectiveFailed, rank_seed
-from terngrad.comm.agreement import differing_ranks
-from terngrad.comm.consistency import check_replicas
-from terngrad.comm.momentum import MomentumSource
+from terngrad.comm.rank.agreement import differing_ranks
+from terngrad.comm.rank.consistency import check_replicas
+from terngrad.comm.rank.momentum import MomentumSource
 from terngrad.diloco import DiLoCo
 from terngrad.diloco.state import REPLICATED_STATE
 from terngrad.train import baselines, checkpoints, models, outputs, text

@@ -334,7 +334,7 @@ def mixed_kernels(rank: int, world: int) -> dict:
 def auto_policy(rank: int, world: int) -> dict:
     """DDP with policy="auto": a given estimate (a slow link, a costly codec call) that sends
     the small bucket fp32 and quantizes the large one; and measured estimates."""
-    from terngrad.comm.policy import Estimate
+    from terngrad.comm.rank.policy import Estimate
 
     slow = Estimate(
         bytes_per_s=125e6, latency_s=50e-6, codec_fixed_s=2e-3, codec_s_per_element=1e-9
@@ -360,7 +360,7 @@ def auto_policy(rank: int, world: int) -> dict:
 
 def diverged_replicas(rank: int, world: int) -> str:
     """Rank 1 changes one weight by one ulp; every rank runs the replica check."""
-    from terngrad.comm.consistency import ReplicasDiverged, check_replicas
+    from terngrad.comm.rank.consistency import ReplicasDiverged, check_replicas
 
     torch.manual_seed(0)
     model = MLP()
@@ -448,7 +448,7 @@ def level_kernels_by_backend(rank: int, world: int) -> dict:
     """How many times the fused level kernels (fit and pack) ran for an ORQ exchange, by
     ``kernels`` and ``aggregate``; and the means, which must not depend on ``kernels``."""
     from terngrad.comm import Options
-    from terngrad.comm.reducer import Reducer
+    from terngrad.comm.rank.reducer import Reducer
     from terngrad.kernels import NumbaKernels
 
     calls = []

@@ -13,7 +13,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 import terngrad.fsdp
 from terngrad.comm import Link, ShardedExchange
-from terngrad.comm.reduce_scatter import grid_reduce_scatter
+from terngrad.comm.exchanges.reduce_scatter import grid_reduce_scatter
 from terngrad.kernels import resolve
 from terngrad.quantize import Layout, get
 

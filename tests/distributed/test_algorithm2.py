@@ -15,7 +15,7 @@ from ranks import run
 
 from terngrad import quantize
 from terngrad.comm import TOPOLOGIES, Options, rank_seed, shard_bounds
-from terngrad.comm.coherent import bucket_shard_bounds
+from terngrad.comm.exchanges.coherent import bucket_shard_bounds
 from terngrad.quantize import Layout
 from terngrad.wire import Codec, frame_nbytes
 

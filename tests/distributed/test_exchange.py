@@ -10,7 +10,7 @@ from ranks import run
 
 from terngrad import quantize
 from terngrad.comm import TOPOLOGIES, shard_bounds
-from terngrad.comm.traffic import grid_traffic
+from terngrad.comm.exchanges.traffic import grid_traffic
 from terngrad.kernels import triton_available
 from terngrad.quantize import Layout
 from terngrad.wire import codes_frame_nbytes
@@ -299,7 +299,7 @@ def test_ranks_on_different_kernel_backends_stay_identical():
 
 
 def test_auto_policy_quantizes_only_the_buckets_where_it_pays():
-    from terngrad.comm.traffic import ring_bytes
+    from terngrad.comm.exchanges.traffic import ring_bytes
 
     world = 2
     results = run(w.auto_policy, world)

@@ -91,7 +91,7 @@ def test_what_it_cannot_serve_is_one_line_at_register(world):
 def test_a_gradient_divide_factor_is_refused_in_terngrads_words():
     """Every FSDP group goes through terngrad's check, the ones it keeps in full precision
     whole included (here the root's: the norm and the head), whose reduce-scatter was FSDP's
-    own and failed with gloo's "Cannot use ReduceOp.PREMUL_SUM with Gloo" (issue 42)."""
+    own and failed with gloo's "Cannot use ReduceOp.PREMUL_SUM with Gloo"."""
     said = run(fw.divide_factor, 2, 3.0)
     for line in said:
         assert line.startswith("ValueError: terngrad.fsdp: FSDP asked for a reduce-scatter with "

@@ -180,7 +180,7 @@ def test_fsdp2_asked_on_the_cpu_warns_that_the_trainer_trains_through_ddp(tmp_pa
 
 def test_fp16_is_refused_on_the_cpu_too(tmp_path):
     """The CPU's accelerator makes no GradScaler for fp16=True, and the Trainer trains on:
-    refused all the same, when the Trainer is made (issue 42)."""
+    refused all the same, when the Trainer is made."""
     with pytest.raises(RuntimeError) as exc:
         Trainer(model=w.tiny_gpt2(), args=w.training_args(str(tmp_path), fp16=True),
                 train_dataset=w.toy_data(16), callbacks=[TernGradCallback()])  # fmt: skip
@@ -212,7 +212,7 @@ def test_the_callback_outside_a_trainer_says_where_it_belongs():
 def test_a_momentum_exchanging_optimizer_is_refused_with_the_trainers_clipping(tmp_path):
     """The hook would hand LocalVarianceAdamW the exchanged momentum in p.grad, which the
     Trainer's default clipping (max_grad_norm=1.0) rescales as a gradient: refused when the
-    Trainer is made; with max_grad_norm=0 it is made (issue 43)."""
+    Trainer is made; with max_grad_norm=0 it is made."""
     from terngrad.optim import LocalVarianceAdamW
 
     def trainer(**changes):

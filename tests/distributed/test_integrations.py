@@ -118,7 +118,7 @@ def test_hf_trainer_trains_with_the_hook_on_from_one_line():
     out = torchrun("hf_trainer_terngrad.py", "--steps", "6", "--accumulate", "2")
     assert out["steps"] == 6  # one exchange per optimizer step, not per micro-batch
     assert out["replicas_identical"]
-    # the default method (5 levels, the tied head too): 9.0x here, issue 43's 8x at least
+    # the default method (5 levels, the tied head too): 9.0x here, 8x at least
     assert out["fp32_ring_bytes_per_step"] >= 8 * out["bytes_sent_per_step"]
 
 

@@ -1,4 +1,4 @@
-"""A timeout left unset is the default group's (issue 42, item 1): every path that makes a
+"""A timeout left unset is the default group's: every path that makes a
 process group of its own — the DDP hook, the Synchronizer (and DiLoCo on it), FSDP — waits as
 long as ``init_process_group(timeout=...)`` said, not torch's 30 minutes, and says so in
 ``options.timeout``."""

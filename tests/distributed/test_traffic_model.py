@@ -9,7 +9,7 @@ import traffic_workers as w
 from ranks import run
 
 from terngrad.bench import perf_model, traffic_model
-from terngrad.comm import methods
+from terngrad.comm.spec import methods
 
 STEPS = 5  # PowerSGD compresses from step 3; the variances are averaged at steps 1, 2 and 4
 

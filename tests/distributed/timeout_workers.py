@@ -57,7 +57,7 @@ def _options(state):
 def resolved(rank: int, world: int) -> dict:
     """The timeout each path settles on, and the one its groups wait, with none given, one
     given, and a process group given."""
-    from terngrad.comm.rank_state import group_timeout
+    from terngrad.comm.rank.rank_state import group_timeout
 
     out = {}
     ddp = nn.parallel.DistributedDataParallel(_model())

@@ -10,9 +10,9 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 import terngrad.ddp
-from terngrad.comm import methods
-from terngrad.comm.methods import FrozenVariance, LocalVariance
-from terngrad.comm.traffic import ring_bytes
+from terngrad.comm.exchanges.traffic import ring_bytes
+from terngrad.comm.spec import methods
+from terngrad.comm.spec.methods import FrozenVariance, LocalVariance
 from terngrad.diloco import DiLoCo
 from terngrad.optim import FrozenVarianceAdamW, LocalVarianceAdamW
 from terngrad.train import baselines, models
@@ -29,7 +29,7 @@ def lenet() -> nn.Module:
 
 class _Counted:
     """``dist.all_reduce`` wrapped: the bytes and messages a ring all-reduce of each tensor
-    handed to it moves at this rank (what :class:`terngrad.comm.link.Link` counts)."""
+    handed to it moves at this rank (what :class:`terngrad.comm.exchanges.link.Link` counts)."""
 
     def __init__(self) -> None:
         self.sent = self.messages = 0

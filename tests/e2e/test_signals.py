@@ -1,4 +1,4 @@
-"""A run's lifetime and folder under hostile conditions (issue 30): a signal to the launcher
+"""A run's lifetime and folder under hostile conditions: a signal to the launcher
 alone stops every worker; a SIGKILLed launcher's workers hold the folder until they are gone
 and end by themselves; fewer steps than the checkpoint are refused; a folder removed mid-run
 ends the run in one line; an evaluation record the metrics lost is written back on resume."""
@@ -91,10 +91,10 @@ def _command(pid: int) -> str:
 )  # fmt: skip
 def test_a_signal_to_the_launcher_alone_stops_every_worker(tmp_path, sig, says):
     """What a scheduler or ``kill PID`` sends reaches the workers: none trains on, the folder
-    is free once the launcher has returned, and nothing is written after it. SIGINT whether the
-    launcher inherited it at its default or ignored (a background command of a shell without
-    job control: the runs alternate, the first ignored), which left every process running
-    (issue 42). ``REPEATS`` runs each."""
+     is free once the launcher has returned, and nothing is written after it. SIGINT whether the
+     launcher inherited it at its default or ignored (a background command of a shell without
+     job control: the runs alternate, the first ignored), which left every process running
+    . ``REPEATS`` runs each."""
     for run in range(REPEATS):
         sigint = signal.SIG_IGN if run % 2 == 0 else signal.SIG_DFL
         _signal_stops_every_worker(tmp_path / f"run{run}", sig, says, sigint)
@@ -108,7 +108,7 @@ def _signal_stops_every_worker(out, sig, says, sigint):
     os.kill(proc.pid, sig)  # the launcher alone, not its process group
     try:
         _, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:  # (the failure of issue 42: the launcher trained on)
+    except subprocess.TimeoutExpired:  # (the failure once seen: the launcher trained on)
         left = _session(proc.pid, 0)
         os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail(f"{signal.Signals(sig).name} left the run going: {left}")

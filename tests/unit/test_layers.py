@@ -159,3 +159,24 @@ def test_no_import_cycles():
         if module not in state:
             visit(module, [module])
     assert cycles == []
+
+
+#: the rooms of ``terngrad/comm/``, in the order they may import each other (docs/architecture.md)
+COMM_ROOMS = ["exchanges", "spec", "rank", "front"]
+
+
+def test_the_rooms_of_comm_import_only_the_rooms_before_them():
+    """``exchanges`` < ``spec`` < ``rank`` < ``front``: a room imports (at any depth, lazy
+    imports included) none after it; ``comm/errors.py`` stands beside them all."""
+    backward = []
+    for own, room in enumerate(COMM_ROOMS):
+        for path in sorted((PACKAGE / "comm" / room).rglob("*.py")):
+            for line, name in _imports(path):
+                parts = name.split(".")
+                room = parts[2] if parts[:2] == ["terngrad", "comm"] and len(parts) > 2 else None
+                if room in COMM_ROOMS and COMM_ROOMS.index(room) > own:
+                    backward.append(f"{path.relative_to(PACKAGE)}:{line} imports {name}")
+    assert backward == []
+    assert sorted(
+        p.name for p in (PACKAGE / "comm").iterdir() if p.is_dir() and p.name[0] != "_"
+    ) == sorted(COMM_ROOMS)

@@ -13,14 +13,14 @@ validation bits per character every 100 steps and writes them to sim-<variant>-<
     python docs/results/transformer-small/variance_simulation.py A|B|C STEPS TOTAL SYNC
     # measured: A, B, C with 400 1000 1 (python3-doc installed)
 """
-import sys, math, json, time
+import sys, math, json, tempfile, time
 import torch
 from terngrad.train import setup, models, schedule
 from terngrad.experiments import gpt
 variant, steps, total, sync = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 torch.set_num_threads(1)
 N, B = 4, 16
-cfg = gpt.protocol("/tmp/sim", model="gpt-small", steps=total)
+cfg = gpt.protocol(tempfile.mkdtemp(), model="gpt-small", steps=total)
 data = setup.load_data(cfg, seed=0)
 model = setup.build_model(cfg, data)
 params = list(model.parameters())

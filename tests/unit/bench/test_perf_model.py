@@ -12,8 +12,8 @@ from terngrad import quantize
 from terngrad.bench import perf_model as M
 from terngrad.bench import scaling, traffic_model, validation
 from terngrad.cli import main
-from terngrad.comm.policy import Estimate, decide
-from terngrad.comm.traffic import grid_traffic, ring_bytes
+from terngrad.comm.exchanges.traffic import grid_traffic, ring_bytes
+from terngrad.comm.rank.policy import Estimate, decide
 from terngrad.quantize import Layout
 
 

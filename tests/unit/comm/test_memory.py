@@ -4,7 +4,7 @@ import torch
 
 
 def test_error_feedback_of_a_skipped_step_is_dropped():
-    from terngrad.comm.memory import ErrorFeedback
+    from terngrad.comm.rank.memory import ErrorFeedback
 
     memory = ErrorFeedback()
     memory.update(("a",), (3,), torch.tensor([1.0, 2.0, 3.0]), torch.zeros(3))

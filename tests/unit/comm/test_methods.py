@@ -8,8 +8,9 @@ import pytest
 
 from terngrad import quantize
 from terngrad.bench import network, overhead, perf_model, study
-from terngrad.comm import Options, methods
-from terngrad.comm.methods import FrozenVariance, LocalVariance, Method
+from terngrad.comm import Options
+from terngrad.comm.spec import methods
+from terngrad.comm.spec.methods import FrozenVariance, LocalVariance, Method
 from terngrad.train.config import TrainConfig
 from terngrad.train.configure import configure
 

@@ -9,7 +9,7 @@ import torch
 
 import terngrad.ddp
 from terngrad.comm import Options
-from terngrad.comm.agreement import check_saved_config
+from terngrad.comm.rank.agreement import check_saved_config
 from terngrad.quantize import get
 
 

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from terngrad.comm import Options, last_layer_names
-from terngrad.comm.hook import State
-from terngrad.comm.plans import full_precision_names, tied_last_layer
+from terngrad.comm.front.hook import State
+from terngrad.comm.rank.plans import full_precision_names, tied_last_layer
 
 
 class TiedLM(nn.Module):

@@ -1,5 +1,5 @@
 """A saved state that cannot load is refused in one line naming what is wrong, before any of it
-is taken (issue 42, item 3): the DDP hook's (built, and before first use), the Synchronizer's,
+is taken: the DDP hook's (built, and before first use), the Synchronizer's,
 and FSDP's — on one process, a gloo group of one rank."""
 
 from __future__ import annotations

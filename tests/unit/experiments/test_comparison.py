@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from terngrad.comm import methods
+from terngrad.comm.spec import methods
 from terngrad.experiments import comparison
 from terngrad.experiments.comparison import Comparison, Run
 from terngrad.train import outputs, run_folder

@@ -51,7 +51,7 @@ def test_the_report_puts_each_setting_beside_ddp(tmp_path):
 def test_every_setting_is_a_method_of_the_table_with_keywords_over_it():
     """One registry: each setting compared is a method's name (``None``: the callback's own
     default) and DiLoCo keywords over it; its callback runs exactly that method."""
-    from terngrad.comm import methods
+    from terngrad.comm.spec import methods
     from terngrad.integrations.transformers import DEFAULT_METHOD
 
     for name, setting in td.SETTINGS.items():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from support import accuracy_base
 
-from terngrad.comm import methods
+from terngrad.comm.spec import methods
 from terngrad.experiments import comparison, tuning, tuning_record
 from terngrad.experiments import time_to_accuracy as tta
 from terngrad.train import outputs

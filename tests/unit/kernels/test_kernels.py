@@ -358,7 +358,7 @@ def test_resolve_without_the_packages(monkeypatch):
 
 def test_frames_from_the_exchange_path_decode_with_the_wire_layer():
     """A frame packed by the fused kernel reads back through the generic codec."""
-    from terngrad.comm.grid_step import GridStep
+    from terngrad.comm.exchanges.grid_step import GridStep
 
     q = quantize.get("terngrad")
     g = _gradient(10_000)

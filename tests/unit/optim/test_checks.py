@@ -1,4 +1,4 @@
-"""Both optimizers refuse what AdamW refuses (issue 42, item 4): in the constructor, in each
+"""Both optimizers refuse what AdamW refuses: in the constructor, in each
 parameter group, in ``add_param_group``, and in a loaded state — each in one line."""
 
 import copy

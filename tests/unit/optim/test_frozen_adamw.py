@@ -144,7 +144,7 @@ def test_bad_settings_are_one_line(changes, says):
 
 
 def test_only_an_optimizer_with_a_frozen_variance_can_have_its_momentum_exchanged():
-    from terngrad.comm.hook import State
+    from terngrad.comm.front.hook import State
 
     with pytest.raises(TypeError, match=r"terngrad\.optim\.FrozenVarianceAdamW"):
         State(optimizer=torch.optim.AdamW(_model().parameters()))

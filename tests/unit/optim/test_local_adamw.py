@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from terngrad.comm.momentum import LocalVariance, VarianceSource, to_local_momentum
+from terngrad.comm.rank.momentum import LocalVariance, VarianceSource, to_local_momentum
 from terngrad.optim import LocalVarianceAdamW
 
 SETTINGS = {"lr": 1e-2, "betas": (0.9, 0.99), "eps": 1e-8, "weight_decay": 0.1}

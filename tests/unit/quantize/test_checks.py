@@ -216,7 +216,7 @@ def test_the_fused_kernels_check_the_buffer_they_write():
 @pytest.mark.parametrize("name", ["terngrad", "qsgd", "fp32"])
 def test_sparse_and_meta_tensors_are_refused_naming_what_they_are(name):
     """Not torch's own RuntimeError ("Sparse CSR tensors do not have is_contiguous",
-    "Tensor.item() cannot be called on meta tensors"): a TypeError saying what it is (issue 42)."""
+    "Tensor.item() cannot be called on meta tensors"): a TypeError saying what it is."""
     q = quantize.get(name)
     dense = torch.randn(6, 8, generator=_gen())
     for bad, kind in ((dense.to_sparse(), "a sparse_coo one"),

@@ -102,7 +102,7 @@ def test_a_run_of_each_method_says_that_method_whole():
     ``terngrad-ef-local16``): it is now the run's whole method by the naming rule, the
     name of every method of the table given to ``configure``, and a run from flags alone says
     the method it amounts to."""
-    from terngrad.comm import methods
+    from terngrad.comm.spec import methods
     from terngrad.train.configure import configure
 
     base = TrainConfig(optimizer="adamw", steps=1200, eval_every=400, out="x")

@@ -1,4 +1,4 @@
-"""The launcher's own signal handling (issue 42): SIGINT stops a launch even where the launcher
+"""The launcher's own signal handling: SIGINT stops a launch even where the launcher
 inherited it ignored; a signal while the workers start is raised once they all have (so the
 launcher knows every one it must stop); one while they are being stopped cuts nothing short.
 Each case runs 10 times: the e2e test (tests/e2e/test_signals.py) sends the real signals to a

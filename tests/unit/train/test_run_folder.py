@@ -1,4 +1,4 @@
-"""The folder's lock (issue 30, class 3): it never follows a link nor writes into a file that
+"""The folder's lock: it never follows a link nor writes into a file that
 is not a lock, and it is held by every process handed its descriptor."""
 
 import fcntl

@@ -1,4 +1,4 @@
-"""Reading what is given as a file (issue 30, class 2): a FIFO, a device, a folder or a file
+"""Reading what is given as a file: a FIFO, a device, a folder or a file
 too large is refused with one line before anything is read, and never blocks the reader."""
 
 import gzip

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from terngrad.comm.link import ByteCounter
+from terngrad.comm.exchanges.link import ByteCounter
 
 
 @dataclass(frozen=True)
 class Stats:
     """What one rank's exchanges did: bytes as handed to the collectives and the
-    point-to-point messages sent (see :mod:`terngrad.comm.link` for how each collective is
+    point-to-point messages sent (see :mod:`terngrad.comm.exchanges.link` for how each collective is
     counted), steps, skipped steps."""
 
     steps: int
@@ -63,6 +66,15 @@ class Counters:
         self._step_start = (0, 0, 0)
         self._last_step = (0, 0, 0)
         self._open = False
+
+    @contextlib.contextmanager
+    def timed(self) -> Iterator[None]:
+        """Add the block's wall-clock seconds to :attr:`exchange_seconds` (raised or not)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.exchange_seconds += time.perf_counter() - start
 
     def _now(self) -> tuple[int, int, int]:
         return (self.bytes.sent, self.bytes.received, self.bytes.messages)

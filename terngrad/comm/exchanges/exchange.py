@@ -15,11 +15,11 @@ gets the same result, bit for bit. How the messages are combined depends on the 
   (``aggregate="fp16"``); the rank that did this uses the decoded message itself, like every
   other rank, so replicas stay bitwise identical.
 * **Coherent levels** (``aggregate="coherent"``, the per-bucket level quantizers: Algorithm 2's
-  first option, :mod:`terngrad.comm.coherent`): the ranks agree on one set of levels per
+  first option, :mod:`terngrad.comm.exchanges.coherent`): the ranks agree on one set of levels per
   bucket, send digits only, and the average is rounded onto the same levels.
 
 The topologies — ``sharded``, ``ps``, ``allgather`` and ``own-scales`` — are
-:mod:`terngrad.comm.topologies`; this module is their interface and what they share.
+:mod:`terngrad.comm.exchanges.topologies`; this module is their interface and what they share.
 
 Which settings a topology combines with is said by its class: the quantizers it takes
 (:attr:`Exchange.quantizers`), the aggregates and policies it serves; an aggregate or a policy
@@ -49,7 +49,7 @@ import torch.distributed as dist
 
 from terngrad import quantize
 from terngrad.comm.errors import ExchangeMismatch
-from terngrad.comm.link import Link
+from terngrad.comm.exchanges.link import Link
 from terngrad.kernels import Kernels, Streams, resolve
 from terngrad.quantize import Encoded, Layout, LevelQuantizer, Quantizer, SymmetricGrid
 
@@ -214,7 +214,7 @@ class Exchange(ABC):
 
 def check_fit_scale(quantizer: Quantizer) -> None:
     """``ValueError`` with one line unless ``quantizer`` rounds onto a ternary grid, the one
-    ``fit_scale`` fits (:func:`terngrad.comm.grid_step.least_squares_values`)."""
+    ``fit_scale`` fits (:func:`terngrad.comm.exchanges.grid_step.least_squares_values`)."""
     if not (isinstance(quantizer, SymmetricGrid) and quantizer.m == 1):
         what = quantizer.name
         if isinstance(quantizer, SymmetricGrid):

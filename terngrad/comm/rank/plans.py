@@ -4,7 +4,7 @@ A DDP bucket is one flat buffer holding the gradients of a few parameters, in or
 :class:`BucketPlan` cuts it into the quantized spans (one scale group per parameter: layer-wise
 scales, from the parameter boundaries) and the spans kept in full precision: the last layer
 (unless ``quantize_last``) and tensors under ``min_numel`` elements. With ``policy="auto"``
-a bucket whose exchange is predicted to be slower quantized (:mod:`terngrad.comm.policy`)
+a bucket whose exchange is predicted to be slower quantized (:mod:`terngrad.comm.rank.policy`)
 keeps full precision whole. Plans are made once per bucket layout and reused.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from terngrad.comm.options import Options
+from terngrad.comm.spec.options import Options
 from terngrad.quantize import Layout
 
 Span = tuple[int, int]  # (offset, numel) in a bucket's buffer

@@ -5,7 +5,7 @@
 
 ``Synchronizer`` broadcasts rank 0's parameters when it is made (parameter localization:
 identical replicas from the start), and ``step()`` averages every parameter's ``.grad`` over
-the ranks with the same :class:`~terngrad.comm.reducer.Reducer` as the DDP hook, in buckets of
+the ranks with the same :class:`~terngrad.comm.rank.reducer.Reducer` as the DDP hook, in buckets of
 ``bucket_cap_mb``.
 """
 
@@ -18,11 +18,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from terngrad.comm.methods import hook_options
-from terngrad.comm.options import Options
-from terngrad.comm.plans import last_layer_names
-from terngrad.comm.reducer import Reducer
-from terngrad.comm.stats import Stats, Timing
+from terngrad.comm.rank.plans import last_layer_names
+from terngrad.comm.rank.reducer import Reducer
+from terngrad.comm.rank.stats import Stats, Timing
+from terngrad.comm.spec.methods import hook_options
+from terngrad.comm.spec.options import Options
 from terngrad.quantize import Quantizer
 
 

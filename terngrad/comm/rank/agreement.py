@@ -9,8 +9,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from terngrad.comm.link import Link
-from terngrad.comm.options import Options
+from terngrad.comm.exchanges.link import Link
+from terngrad.comm.spec.options import Options
 from terngrad.kernels import Kernels
 from terngrad.quantize import Quantizer
 from terngrad.util.differences import differences

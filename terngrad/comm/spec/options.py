@@ -21,8 +21,8 @@ from types import MappingProxyType
 from typing import Any
 
 from terngrad import quantize
-from terngrad.comm.exchange import Exchange, check_fit_scale
-from terngrad.comm.topologies import TOPOLOGIES
+from terngrad.comm.exchanges.exchange import Exchange, check_fit_scale
+from terngrad.comm.exchanges.topologies import TOPOLOGIES
 from terngrad.kernels import KERNELS
 from terngrad.quantize import Quantizer, SymmetricGrid
 from terngrad.util.deprecation import warn_deprecated
@@ -32,7 +32,7 @@ from terngrad.util.settings import INT64, NON_NEGATIVE_INT, Range, check_setting
 #: tensors with fewer elements stay in full precision by default
 MIN_NUMEL = 1024
 #: which buckets are quantized, and the quantizers each policy serves: ``auto`` predicts the
-#: exchange of the shared-grid quantizers (:mod:`terngrad.comm.policy`)
+#: exchange of the shared-grid quantizers (:mod:`terngrad.comm.rank.policy`)
 POLICIES: Mapping[str, type[Quantizer]] = MappingProxyType(
     {"quantize": Quantizer, "auto": SymmetricGrid}
 )
@@ -67,11 +67,11 @@ class Options:
       torch reference), ``numba``, ``triton`` or ``torch``; backends give the same bytes;
     * ``policy``: ``quantize`` every parameter not kept in full precision, or ``auto``: per DDP
       bucket, only where the measured link and codec predict a faster exchange
-      (:mod:`terngrad.comm.policy`; shared-grid quantizers only);
-    * ``error_feedback``: worker-side residuals (:mod:`terngrad.comm.memory`);
+      (:mod:`terngrad.comm.rank.policy`; shared-grid quantizers only);
+    * ``error_feedback``: worker-side residuals (:mod:`terngrad.comm.rank.memory`);
     * ``fit_scale``: with error feedback and a ternary grid (terngrad, qsgd with 3 levels), the
       digits decode to their least-squares value ``min_r <y_r, g_r> / ||y_r||_1`` instead of
-      the shared scale (:func:`~terngrad.comm.grid_step.least_squares_values`): the
+      the shared scale (:func:`~terngrad.comm.exchanges.grid_step.least_squares_values`): the
       compression becomes a contraction and the residuals stay bounded, where plain TernGrad's
       can grow without bound (evenly spread values such as AdamW's updates);
     * ``quantize_last``: quantize the last layer too (by default it stays in full precision);
@@ -79,7 +79,7 @@ class Options:
     * ``aggregate``: how aggregates off the shared grid travel on, ``requantize`` (with
       server-side error feedback) or ``fp16``; or, for the per-bucket level quantizers,
       ``coherent``: one set of levels agreed by all ranks, the average rounded onto it
-      (:mod:`terngrad.comm.coherent`);
+      (:mod:`terngrad.comm.exchanges.coherent`);
     * ``full_precision_steps``: the first this many steps average every gradient in full
       precision (all-reduce), then the quantizer takes over: a warm-up as 1-bit Adam's
       (Tang et al. 2021, Sec. 4) before compression starts;
@@ -177,7 +177,7 @@ class Options:
         """Options from the flat keywords that :func:`terngrad.ddp.register` takes: the fields
         by name, every other keyword a quantizer option (``clip=2.0``). ``quantizer`` may be a
         :class:`~terngrad.quantize.Quantizer`: its name and options are taken. (A named method
-        or preset: :func:`terngrad.comm.methods.hook_options`.)"""
+        or preset: :func:`terngrad.comm.spec.methods.hook_options`.)"""
         for old, new in _RENAMED.items():
             if old in settings:
                 warn_deprecated(f"{old} is deprecated: use {new}")

@@ -12,8 +12,8 @@ ddp_comm_hook=...)``) can make it before the process group exists.
 
 For each DDP bucket the hook
 
-1. averages the quantized parameters through :mod:`terngrad.comm.exchange`, one scale group
-   per parameter, adding the worker-side error-feedback residual first when
+1. averages the quantized parameters through :mod:`terngrad.comm.exchanges.exchange`, one scale
+   group per parameter, adding the worker-side error-feedback residual first when
    ``error_feedback=True``, and writes the mean into the bucket buffer in place (no second
    buffer of the bucket's size: PyTorch's hooks decompress in place for the same reason);
 2. keeps the full-precision parameters (the last layer and tensors under ``min_numel``
@@ -29,7 +29,6 @@ buckets there are; the hook returns a future at once and DDP's backward pass goe
 
 from __future__ import annotations
 
-import gc
 import warnings
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -39,32 +38,38 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from terngrad.comm import saved_state
 from terngrad.comm.errors import explain
-from terngrad.comm.methods import hook_options
-from terngrad.comm.momentum import (
+from terngrad.comm.front.ddp_model import (
+    DDP,
+    PYTHON_REDUCER,
+    check_registrable,
+    registered_model,
+    tied_warning,
+    warn_if_unused,
+)
+from terngrad.comm.rank import saved_state
+from terngrad.comm.rank.momentum import (
     LocalVariance,
     MomentumSource,
     VarianceSource,
-    check_local_variance,
+    check_local_variance_entry,
     check_source,
     to_local_momentum,
 )
-from terngrad.comm.options import Options
-from terngrad.comm.plans import last_layer_names, tied_last_layer
-from terngrad.comm.policy import Decision, Estimate
-from terngrad.comm.reducer import Deferred, Reducer, check_own
-from terngrad.comm.stats import Stats, Timing
+from terngrad.comm.rank.plans import last_layer_names, tied_last_layer
+from terngrad.comm.rank.policy import Decision, Estimate
+from terngrad.comm.rank.reducer import Deferred, Reducer, check_own
+from terngrad.comm.rank.stats import Stats, Timing
+from terngrad.comm.spec.methods import hook_options
+from terngrad.comm.spec.options import Options
 from terngrad.quantize import Quantizer
-
-DDP = nn.parallel.DistributedDataParallel
 
 
 class State:
     """The terngrad hook's state for one DDP model on one rank.
 
     ``quantizer`` (a name from ``quantize.names()``, or a quantizer) and ``topology``, then any
-    field of :class:`~terngrad.comm.options.Options` by name (``error_feedback``,
+    field of :class:`~terngrad.comm.spec.options.Options` by name (``error_feedback``,
     ``quantize_last``, ``min_numel``, ``kernels``, ``policy``, ``aggregate``, ``seed``,
     ``timeout``), every other keyword a quantizer option (``clip=2.0``, ``bucket_size=512``);
     or ``options``, a ready :class:`Options`. ``model``: the model (or its DDP wrapper) whose
@@ -72,7 +77,7 @@ class State:
     at its first use. ``optimizer``: a :class:`terngrad.optim.FrozenVarianceAdamW` or
     :class:`~terngrad.optim.LocalVarianceAdamW`, whose momentum is then exchanged instead of
     the gradient (after the former's warm-up; the latter's variance measured on each rank and
-    averaged by this hook: :mod:`terngrad.comm.momentum`); give ``error_feedback=True`` too, as
+    averaged by this hook: :mod:`terngrad.comm.rank.momentum`); give ``error_feedback=True`` too, as
     1-bit Adam does.
     ``estimate``: given link and codec speeds for ``policy="auto"``; ``group``: the process
     group (default: a new one of all ranks).
@@ -111,7 +116,7 @@ class State:
         self._broken: BaseException | None = None  # the first use failed: every later one too
         self._used = [False]
         self._rehearsing = False  # settle_buckets: the hook hands buckets back untouched
-        weakref.finalize(self, _warn_if_unused, self._used)
+        weakref.finalize(self, warn_if_unused, self._used)
         #: the optimizer whose momentum is exchanged after its warm-up (``optimizer=``)
         self.momentum: MomentumSource | None = None
         #: this rank's own variance, for an optimizer that measures it on each rank
@@ -145,7 +150,7 @@ class State:
             self.variance = LocalVariance(self._variance_source, names)
         tied = tied_last_layer(module)
         if tied and not self.options.quantize_last:
-            warnings.warn(_tied_warning(tied, dict(self._params)), stacklevel=2)
+            warnings.warn(tied_warning(tied, dict(self._params)), stacklevel=2)
         return self
 
     def build(self) -> Reducer:
@@ -157,7 +162,7 @@ class State:
         if self.reducer is None:
             try:
                 if self._params is None:
-                    self.bind(_registered_model(self))
+                    self.bind(registered_model(self))
                 assert self._params is not None
                 reducer = Reducer(
                     self.options, self._params, self._last_layer,
@@ -252,19 +257,7 @@ class State:
             self.reducer.load_state_dict(self._load_variance(state))
 
     def _check_variance(self, state: dict[str, Any], sizes: dict[str, int] | None) -> None:
-        """``state``'s local variance, if any: there exactly when this State has one, of the
-        form :meth:`LocalVariance.state_dict` saves."""
-        saved = state.get("local_variance")
-        if (saved is None) != (self.variance is None):
-            raise ValueError(
-                "this hook state was saved "
-                + ("without" if saved is None else "with")
-                + " a variance measured on each rank (LocalVarianceAdamW), and this State has "
-                + ("one" if saved is None else "none")
-                + ": resume with the same optimizer"
-            )
-        if saved is not None:
-            check_local_variance(saved, sizes)
+        check_local_variance_entry(state, self.variance is not None, sizes)
 
     def _load_variance(self, state: dict[str, Any]) -> dict[str, Any]:
         """``state`` less the rank's local variance, which goes to :attr:`variance`."""
@@ -351,33 +344,6 @@ def _unwrap(future: torch.futures.Future) -> torch.Tensor:
     return future.wait()
 
 
-PYTHON_REDUCER = (
-    "terngrad: compiled DDP with torch._dynamo.config.optimize_ddp='python_reducer' hands the "
-    "hook one gradient at a time, without buckets, inside a traced graph, where terngrad's "
-    "exchange (its own collectives on a worker thread) cannot run; use optimize_ddp=True (the "
-    "default DDPOptimizer) or False with terngrad"
-)
-
-
-def check_registrable(ddp_model: nn.Module) -> None:
-    """Raise unless ``ddp_model`` is a DDP model that can take the terngrad hook now."""
-    if not isinstance(ddp_model, DDP):
-        raise TypeError(
-            "terngrad's hook goes on a torch.nn.parallel.DistributedDataParallel model, got "
-            f"{type(ddp_model).__name__}: wrap it first, ddp = DistributedDataParallel(model)"
-        )
-    if getattr(ddp_model, "_use_python_reducer", False):
-        raise RuntimeError(PYTHON_REDUCER)
-    hooks = [getattr(h, "__qualname__", repr(h)) for h, _ in getattr(ddp_model, "_comm_hooks", [])]
-    builtin = ddp_model._get_ddp_logging_data().get("comm_hook")  # C++ hooks are not listed
-    if hooks or builtin:
-        names = ", ".join(hooks or [str(builtin)])
-        raise RuntimeError(
-            f"this DDP model already has a communication hook ({names}); DDP takes one: make a "
-            "new DistributedDataParallel to change it"
-        )
-
-
 def register(
     ddp_model: nn.parallel.DistributedDataParallel,
     quantizer: str | Quantizer = "terngrad",
@@ -398,48 +364,3 @@ def register(
     state.build()
     ddp_model.register_comm_hook(state, hook)
     return state
-
-
-def _registered_model(state: State) -> nn.Module:
-    """The DDP model ``state`` was registered on (DDP keeps its ``(hook, state)`` pairs)."""
-    gc.collect()  # a dropped DDP wrapper that still holds the state must not count
-    owners = [  # type(), not isinstance: that would ask proxies for their __class__
-        obj
-        for obj in gc.get_objects()
-        if issubclass(type(obj), DDP)
-        and any(s is state for _, s in getattr(obj, "_comm_hooks", ()))
-    ]
-    if len(owners) != 1:
-        raise RuntimeError(
-            "terngrad: cannot tell which model this State serves "
-            f"({len(owners)} DDP models have it): call state.bind(model) first"
-        )
-    return owners[0]
-
-
-def _tied_warning(tied: dict[str, str], params: dict[str, torch.Tensor]) -> str:
-    """The warning for a last layer whose tensor is another module's (tied weights)."""
-    pairs = ", ".join(
-        f"{alias} is {name} ({params[name].numel():,} elements)" for alias, name in tied.items()
-    )
-    return (
-        f"terngrad: the last layer's weights are tied to another module's ({pairs}): kept in "
-        "full precision as the last layer, so that tensor is never quantized in either role; "
-        "pass quantize_last=True to quantize it (and the rest of the last layer)"
-    )
-
-
-def _warn_if_unused(used: list[bool]) -> None:
-    """At exit (or when dropped): a State made in a distributed run that never exchanged a
-    gradient was most likely dropped by a framework, which then trained without it."""
-    if used[0] or not (dist.is_available() and dist.is_initialized()):
-        return
-    if dist.get_world_size() > 1:
-        warnings.warn(
-            "terngrad: a terngrad.ddp.State was made but no gradient ever went through it: "
-            "the hook was never called, so training averaged gradients without terngrad "
-            "(PyTorch Lightning ignores DDPStrategy's ddp_comm_hook on CPU: add "
-            "terngrad.integrations.lightning.TernGradCallback)",
-            RuntimeWarning,
-            stacklevel=1,
-        )

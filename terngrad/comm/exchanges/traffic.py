@@ -1,8 +1,8 @@
 """What each exchange moves, exactly: the byte and message formulas the performance model and the
-auto policy predict from, tested equal to what :class:`~terngrad.comm.link.Link` counts.
+auto policy predict from, tested equal to what :class:`~terngrad.comm.exchanges.link.Link` counts.
 
-Each collective is counted as :class:`~terngrad.comm.link.Link` counts it (N ranks): a ring
-all-reduce of ``b`` bytes sends and receives ``2 (N-1)/N b`` in ``2 (N-1)`` messages; an
+Each collective is counted as :class:`~terngrad.comm.exchanges.link.Link` counts it (N ranks): a
+ring all-reduce of ``b`` bytes sends and receives ``2 (N-1)/N b`` in ``2 (N-1)`` messages; an
 all-to-all sends every other rank its chunk (N-1 messages); a ring all-gather of chunks padded
 to the widest ``w`` moves ``(N-1) w`` each way (N-1 messages); a gather sends the root one
 message; a broadcast is the root's N-1 messages. An exchange's :class:`Traffic` at a rank is
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from terngrad import quantize
-from terngrad.comm.exchange import shard_bounds
-from terngrad.comm.topologies import TOPOLOGIES
+from terngrad.comm.exchanges.exchange import shard_bounds
+from terngrad.comm.exchanges.topologies import TOPOLOGIES
 from terngrad.quantize import Layout, LevelQuantizer, Quantizer, SymmetricGrid
 from terngrad.wire import codes_frame_nbytes
 

@@ -45,7 +45,7 @@ def count(state: Mapping[str, Any], key: str, kind: str, optional: bool = False)
 
 
 def counters(state: Mapping[str, Any], kind: str) -> None:
-    """A :meth:`~terngrad.comm.stats.Counters.state_dict`, saved as ``state['counters']``."""
+    """A :meth:`~terngrad.comm.rank.stats.Counters.state_dict`, saved as ``state['counters']``."""
     saved = entry(state, "counters", dict, "a dict of counts", kind)
     for key in COUNTERS:
         count(saved, key, f"{kind} (counters)")
@@ -84,7 +84,7 @@ def tensors(
 
 
 def rank_state(state: Any, kind: str, state_format: int, sizes: Mapping[str, int]) -> None:
-    """What every :class:`~terngrad.comm.rank_state.RankState` saves: ``format``, ``config``,
+    """What every :class:`~terngrad.comm.rank.rank_state.RankState` saves: ``format``, ``config``,
     ``rank`` and the error-feedback ``residuals`` (float32, flat, by parameter ``sizes``)."""
     if not isinstance(state, dict):
         raise ValueError(f"not a {kind}: a {_name(state)}, not a dict")

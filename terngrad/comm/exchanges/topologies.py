@@ -12,7 +12,7 @@
   message and averages in rank order: one collective a bucket instead of two.
 
 The first three route codes on the quantizer's path (:class:`RoutedExchange`); the interface
-they implement, and what the paths are, is :mod:`terngrad.comm.exchange`.
+they implement, and what the paths are, is :mod:`terngrad.comm.exchanges.exchange`.
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ from collections.abc import Hashable
 
 import torch
 
-from terngrad.comm.coherent import CoherentStep, bucket_shard_bounds
 from terngrad.comm.errors import ExchangeMismatch
-from terngrad.comm.exchange import Draws, Exchange, Result, shard_bounds
-from terngrad.comm.grid_step import (
+from terngrad.comm.exchanges.coherent import CoherentStep, bucket_shard_bounds
+from terngrad.comm.exchanges.exchange import Draws, Exchange, Result, shard_bounds
+from terngrad.comm.exchanges.grid_step import (
     GridStep,
     least_squares_values,
     share_fitted_scales,
     share_scales,
 )
-from terngrad.comm.link import Link
+from terngrad.comm.exchanges.link import Link
 from terngrad.kernels import Kernels, Streams
 from terngrad.quantize import Encoded, Layout, LevelQuantizer, Quantizer, SymmetricGrid
 from terngrad.wire import codes_frame_nbytes

@@ -50,16 +50,16 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from terngrad import quantize
-from terngrad.comm.method_spec import (
+from terngrad.comm.spec.method_spec import (
     BASELINES,
     POWERSGD_RANK,
     FrozenVariance,
     LocalVariance,
     Method,
     Recipe,
-    parse,
 )
-from terngrad.comm.options import Options
+from terngrad.comm.spec.naming import parse
+from terngrad.comm.spec.options import Options
 from terngrad.util.deprecation import warn_deprecated
 
 __all__ = [

@@ -19,7 +19,7 @@ One step of one rank (:class:`CoherentStep`):
 
 Every rank decodes the same digits on the same levels: replicas stay bitwise identical. The
 second option, each rank on its own levels and the average re-quantized with fresh levels plus
-server-side error feedback, is ``aggregate="requantize"`` (:mod:`terngrad.comm.exchange`).
+server-side error feedback, is ``aggregate="requantize"`` (:mod:`terngrad.comm.exchanges.exchange`).
 
 The sharded exchange cuts shards at bucket boundaries (:func:`bucket_shard_bounds`), so each
 shard's owner holds whole buckets and their levels.
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from terngrad.comm.errors import ExchangeMismatch
-from terngrad.comm.link import Link
+from terngrad.comm.exchanges.link import Link
 from terngrad.kernels import Kernels
 from terngrad.quantize import Layout, LevelQuantizer
 from terngrad.wire import Codec, FrameHeader, frame_nbytes, read_frame, write_frame

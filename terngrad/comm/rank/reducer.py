@@ -1,33 +1,39 @@
 """One rank's exchange of a model's gradients, bucket by bucket: the quantized parameters
-through :mod:`terngrad.comm.exchange` (with worker-side error feedback), the full-precision ones
-by all-reduce; skipped steps, the generator, and its part of the state a checkpoint keeps (the
-rest, shared with FSDP's reduce-scatter: :mod:`terngrad.comm.rank_state`).
+through :mod:`terngrad.comm.exchanges.exchange` (with worker-side error feedback), the
+full-precision ones by all-reduce; skipped steps, the generator, and its part of the state a
+checkpoint keeps (the rest, shared with FSDP's reduce-scatter:
+:mod:`terngrad.comm.rank.rank_state`).
 
-The DDP hook (:mod:`terngrad.comm.hook`) and the custom-loop
+The DDP hook (:mod:`terngrad.comm.front.hook`) and the custom-loop
 :class:`~terngrad.comm.Synchronizer` both run on a :class:`Reducer`. Full precision keeps the
-parameters' dtype (:mod:`terngrad.comm.full_precision`).
+parameters' dtype (:mod:`terngrad.comm.rank.full_precision`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
-import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from terngrad.comm import full_precision, saved_state
-from terngrad.comm.full_precision import Deferred
-from terngrad.comm.link import Link
-from terngrad.comm.options import Options
-from terngrad.comm.plans import BucketPlan, Planner, full_precision_names, gather, scatter
-from terngrad.comm.policy import AutoPolicy, Estimate
-from terngrad.comm.rank_state import RankState, resolve_timeout, twin_group
-from terngrad.comm.topologies import make_exchange
+from terngrad.comm.exchanges.link import Link
+from terngrad.comm.exchanges.topologies import make_exchange
+from terngrad.comm.rank import full_precision, saved_state
+from terngrad.comm.rank.full_precision import Deferred
+from terngrad.comm.rank.momentum import check_local_variance_entry
+from terngrad.comm.rank.plans import BucketPlan, Planner, full_precision_names, gather, scatter
+from terngrad.comm.rank.policy import AutoPolicy, Estimate
+from terngrad.comm.rank.rank_state import (
+    RankState,
+    check_saved_rank_state,
+    resolve_timeout,
+    twin_group,
+)
+from terngrad.comm.spec.options import Options
 
 
 def _timeout(seconds: float | None) -> datetime.timedelta | None:
@@ -48,6 +54,24 @@ def check_own(state: dict[str, Any], kind: str, generator: torch.Tensor | None) 
     found = saved_state.entry(state, "server_residuals", dict, "a dict of tensors", kind)
     saved_state.tensors(found, "server_residuals", kind)
     saved_state.counters(state, kind)
+
+
+def check_hook_state(
+    state: Any,
+    config: dict[str, Any],
+    rank: int,
+    sizes: Mapping[str, int],
+    variance: bool,
+) -> None:
+    """The one check of a saved hook state (:meth:`State.state_dict`) against the hook that
+    would load it (its ``config``, ``rank``, residual ``sizes``, whether its optimizer measures
+    a ``variance`` on each rank), without the hook: what :meth:`State.load_state_dict` checks,
+    in its words; the trainer's launcher runs it on a checkpoint before any worker starts."""
+    check_saved_rank_state(
+        state, Reducer.kind, Reducer.state_format, sizes, config, rank,
+        lambda s: check_own(s, Reducer.kind, torch.Generator().get_state()),
+    )  # fmt: skip
+    check_local_variance_entry(state, variance, sizes)
 
 
 class Reducer(RankState):
@@ -136,18 +160,16 @@ class Reducer(RankState):
         """Average ``buffer`` (the flat gradients of ``params``, in order) over all ranks, in
         place: its quantized parameters now; its full-precision ones now too, or, given a
         ``deferred`` list, appended to it — and with the step's ``last`` bucket, all the
-        deferred ones in one all-reduce (:func:`~terngrad.comm.full_precision.start_deferred`)
-        while this bucket's quantized exchange runs. Returns True if some rank's gradient was
-        not finite: then the buffer is zeroed (the deferred ones are the caller's to zero)."""
-        start = time.perf_counter()
-        try:
+        deferred ones in one all-reduce
+        (:func:`~terngrad.comm.rank.full_precision.start_deferred`) while this bucket's
+        quantized exchange runs. Returns True if some rank's gradient was not finite: then the
+        buffer is zeroed (the deferred ones are the caller's to zero)."""
+        with self.counters.timed():
             if self.counters.steps < self.options.full_precision_steps:
                 return self._reduce_full_precision(buffer)
             if self.options.fuse_buckets and deferred is not None:
                 return self._reduce_fused(buffer, params, deferred, last)
             return self._reduce_bucket(buffer, self.planner.plan(params), deferred, last)
-        finally:
-            self.counters.exchange_seconds += time.perf_counter() - start
 
     def _reduce_fused(self, buffer: torch.Tensor, params, deferred: Deferred, last: bool) -> bool:
         """``fuse_buckets``: hold the step's buckets until its last, then exchange them as one

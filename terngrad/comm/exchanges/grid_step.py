@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from terngrad.comm.errors import ExchangeMismatch
-from terngrad.comm.link import Link
+from terngrad.comm.exchanges.link import Link
 from terngrad.kernels import GridInput, Kernels, Streams
 from terngrad.quantize import SymmetricGrid
 from terngrad.wire import codes_codec, codes_header, new_frame, read_frame, seal_frame

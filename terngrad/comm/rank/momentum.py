@@ -27,8 +27,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from terngrad.comm import saved_state
-from terngrad.comm.link import Link
+from terngrad.comm.exchanges.link import Link
+from terngrad.comm.rank import saved_state
 
 
 @runtime_checkable
@@ -135,6 +135,25 @@ def check_local_variance(state: Any, sizes: Mapping[str, int] | None = None) -> 
         raise ValueError(f"not a {kind} (variances and momenta)")
     for key in ("variances", "momenta"):
         saved_state.tensors(state[key], key, kind, sizes)
+
+
+def check_local_variance_entry(
+    state: dict[str, Any], expected: bool, sizes: Mapping[str, int] | None
+) -> None:
+    """``state``'s local variance, if any: there exactly when the hook has one (``expected``:
+    its optimizer measures the variance on each rank), of the form
+    :meth:`LocalVariance.state_dict` saves."""
+    saved = state.get("local_variance")
+    if (saved is None) == expected:
+        raise ValueError(
+            "this hook state was saved "
+            + ("without" if saved is None else "with")
+            + " a variance measured on each rank (LocalVarianceAdamW), and this State has "
+            + ("one" if saved is None else "none")
+            + ": resume with the same optimizer"
+        )
+    if saved is not None:
+        check_local_variance(saved, sizes)
 
 
 def check_source(optimizer: Any) -> MomentumSource:

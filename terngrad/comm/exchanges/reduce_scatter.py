@@ -6,7 +6,8 @@ with ``ReduceOp.AVG`` gives, and what FSDP needs for its gradient shards). On th
 (TernGrad, QSGD):
 
 1. the scales of every bucket are shared by an all-reduce MAX
-   (:func:`~terngrad.comm.grid_step.share_scales`), so every rank rounds onto the same grid;
+   (:func:`~terngrad.comm.exchanges.grid_step.share_scales`), so every rank rounds onto the same
+   grid;
 2. every rank packs chunk k's digits (``1.6`` bits an element for TernGrad) into a frame for
    rank k, and one all-to-all delivers them;
 3. rank k adds the N frames' digits (exact integers, packed in base ``2 N m + 1``) and decodes
@@ -21,8 +22,8 @@ from __future__ import annotations
 
 import torch
 
-from terngrad.comm.grid_step import GridStep, share_scales
-from terngrad.comm.link import Link
+from terngrad.comm.exchanges.grid_step import GridStep, share_scales
+from terngrad.comm.exchanges.link import Link
 from terngrad.kernels import Kernels, Streams
 from terngrad.quantize import Layout, SymmetricGrid
 from terngrad.wire import codes_frame_nbytes

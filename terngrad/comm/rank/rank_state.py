@@ -1,7 +1,7 @@
-"""One rank's exchange state, as the DDP reducer (:class:`~terngrad.comm.reducer.Reducer`) and
+"""One rank's exchange state, as the DDP reducer (:class:`~terngrad.comm.rank.reducer.Reducer`) and
 FSDP's reduce-scatter (:class:`terngrad.fsdp.State`) both keep it: the options made concrete
 (quantizer, kernels), the counted link, error-feedback residuals by parameter name, step and
-byte counters, the configuration every rank agreed on (:mod:`terngrad.comm.agreement`), the
+byte counters, the configuration every rank agreed on (:mod:`terngrad.comm.rank.agreement`), the
 random streams of its draws, and the part of a ``state_dict`` they share — format,
 configuration, rank, residuals — with the checks a saved state passes before it loads.
 """
@@ -10,26 +10,26 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from terngrad.comm import saved_state
-from terngrad.comm.agreement import check_same_config, check_saved_config, exchange_config
-from terngrad.comm.link import Link
-from terngrad.comm.memory import ErrorFeedback
-from terngrad.comm.options import MAX_TIMEOUT, Options
-from terngrad.comm.stats import Counters, Stats, Timing
+from terngrad.comm.exchanges.link import Link
+from terngrad.comm.rank import saved_state
+from terngrad.comm.rank.agreement import check_same_config, check_saved_config, exchange_config
+from terngrad.comm.rank.memory import ErrorFeedback
+from terngrad.comm.rank.stats import Counters, Stats, Timing
+from terngrad.comm.spec.options import MAX_TIMEOUT, Options
 from terngrad.kernels import Streams, resolve, stream_seed
 
 
 def group_timeout(group: dist.ProcessGroup | None = None) -> float | None:
     """The seconds ``group``'s collectives wait (default: the default group's, as
     ``init_process_group(timeout=...)`` set it), read from its backends' options (kept current
-    by ``set_timeout``), at most :data:`~terngrad.comm.options.MAX_TIMEOUT`; where torch does not
-    say, its default for the group's backend; ``None`` where even that cannot be read."""
+    by ``set_timeout``), at most :data:`~terngrad.comm.spec.options.MAX_TIMEOUT`; where torch
+    does not say, its default for the group's backend; ``None`` where even that cannot be read."""
     with contextlib.suppress(Exception):
         group = group or dist.distributed_c10d._get_default_group()
         for device in group._device_types:
@@ -59,6 +59,30 @@ def twin_group(group: dist.ProcessGroup, timeout: float | None) -> dist.ProcessG
         backend=dist.get_backend(group),
         timeout=None if timeout is None else datetime.timedelta(seconds=timeout),
     )
+
+
+def check_saved_rank_state(
+    state: Any,
+    kind: str,
+    state_format: int,
+    sizes: Mapping[str, int],
+    config: dict[str, Any],
+    rank: int,
+    check_own: Callable[[dict[str, Any]], None],
+) -> None:
+    """The one check of a saved :class:`RankState` (any subclass: ``kind``, ``state_format``,
+    its own entries checked by ``check_own``) against the rank that would load it: its
+    configuration ``config``, its ``rank``, its residuals' ``sizes``. Refuses, in one
+    ``ValueError`` line naming what is wrong, before anything is taken; run by
+    :meth:`RankState.check_state` and, on a checkpoint before any worker starts, by the
+    trainer's launcher."""
+    saved_state.rank_state(state, kind, state_format, sizes)
+    check_own(state)
+    check_saved_config(config, state["config"])
+    if state["rank"] != rank:
+        raise ValueError(
+            f"this {kind} belongs to rank {state['rank']}, not rank {rank}: load each rank's own"
+        )
 
 
 class RankState:
@@ -140,14 +164,8 @@ class RankState:
         """Refuse, in one ``ValueError`` line naming what is wrong, a ``state`` this rank cannot
         load: its entries, their types, its tensors' shapes and dtypes, its configuration, its
         rank."""
-        saved_state.rank_state(state, self.kind, self.state_format, self.residual_sizes())
-        self._check_own(state)
-        check_saved_config(self.config, state["config"])
-        if state["rank"] != self.link.rank:
-            raise ValueError(
-                f"this {self.kind} belongs to rank {state['rank']}, not rank {self.link.rank}: "
-                "load each rank's own"
-            )
+        check_saved_rank_state(state, self.kind, self.state_format, self.residual_sizes(),
+                               self.config, self.link.rank, self._check_own)  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` of the same rank and configuration. Everything is checked
@@ -163,7 +181,7 @@ class RankState:
 
     def _check_own(self, state: dict[str, Any]) -> None:
         """Refuse, in one ``ValueError`` line, a ``state`` whose subclass's entries are missing
-        or malformed (:mod:`terngrad.comm.saved_state`)."""
+        or malformed (:mod:`terngrad.comm.rank.saved_state`)."""
         raise NotImplementedError
 
     def _load_own(self, state: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ Then for each bucket of ``n`` quantizable elements it compares (see :mod:`terngr
 
 * fp32: ``2 (N-1)/N x 4n / B + 2 (N-1) α``
 * quantized: ``c_0 + κ n + bytes / B + messages x α``, bytes and messages of the topology from
-  :func:`~terngrad.comm.exchange.grid_traffic` (the busiest rank's critical path),
+  :func:`~terngrad.comm.exchanges.exchange.grid_traffic` (the busiest rank's critical path),
 
 and quantizes the bucket only if that is faster. Small buckets (latency and per-call cost
 dominate) and fast links (the codec costs more than the bytes it saves) stay fp32.
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from terngrad.comm.grid_step import GridStep
-from terngrad.comm.traffic import grid_traffic, ring_bytes
+from terngrad.comm.exchanges.grid_step import GridStep
+from terngrad.comm.exchanges.traffic import grid_traffic, ring_bytes
 from terngrad.kernels import Kernels, Streams
 from terngrad.quantize import Layout, SymmetricGrid
 from terngrad.util.timing import median_seconds

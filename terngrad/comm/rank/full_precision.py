@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from terngrad.comm.link import Link
-from terngrad.comm.plans import BucketPlan
+from terngrad.comm.exchanges.link import Link
+from terngrad.comm.rank.plans import BucketPlan
 
 Deferred = list[tuple[torch.Tensor, BucketPlan]]
 _HALF = (torch.float16, torch.bfloat16)
