@@ -1,0 +1,147 @@
+"""The README's measured figures, checked against the committed result files they come from.
+
+Each check reads a figure where the README states it (a table cell, or the words around it)
+and computes the same figure from ``docs/results/``: a figure that drifts from its file, or a
+file that changes under a figure, fails here. Formats are the README's: seconds as
+``mean ± sd s`` rounded to whole seconds, ratios to two decimals with ``×``, loss gaps as signed
+percentages to two decimals.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+#: the README's words with every run of white space one space (a figure may wrap)
+WORDS = " ".join(README.split())
+RESULTS = ROOT / "docs" / "results"
+SWEEP = json.loads((RESULTS / "accuracy" / "lenet-tuned" / "sweep.json").read_text())
+
+#: the README's time-to-accuracy table: its links and its method columns, as the sweep names them
+LINKS = {
+    "unlimited": "unlimited",
+    "1 Gbit/s": "1gbit",
+    "100 Mbit/s": "100mbit",
+    "25 Mbit/s": "25mbit",
+    "10 Mbit/s": "10mbit",
+}
+COLUMNS = {
+    "DDP fp32": "fp32",
+    "fp16 hook": "fp16",
+    "PowerSGD rank 4": "powersgd-r4",
+    "terngrad per step": "terngrad",
+    "terngrad-local25": "terngrad-local25",
+}
+#: PyTorch's own methods, among which "PyTorch's fastest" is taken
+PYTORCH = ("fp32", "fp16", "powersgd", "powersgd-r1", "powersgd-r4")
+
+
+def _table(heading: str) -> list[dict[str, str]]:
+    """The first Markdown table at or after ``heading`` in the README, one dict per row."""
+    lines = README[README.index(heading) :].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        block.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    header, rows = block[0], block[2:]
+    return [dict(zip(header, row, strict=True)) for row in rows]
+
+
+def _point(link: str) -> dict[str, dict]:
+    return next(p["methods"] for p in SWEEP["points"] if p["bandwidth"] == link)
+
+
+def _seconds(run: dict | None) -> str:
+    """A cell: ``mean ± sd s`` where every seed reached the target, ``-`` otherwise."""
+    if run is None or run["seconds_to_target"] is None or run["reached_runs"] < len(run["seeds"]):
+        return "-"
+    return f"{run['seconds_to_target']:.0f} ± {run['seconds_to_target_sd']:.0f} s"
+
+
+def _lead(link: str) -> float:
+    """How much sooner terngrad-local25 reaches the target than PyTorch's fastest method."""
+    methods = _point(link)
+    fastest = min(
+        m["seconds_to_target"]
+        for name, m in methods.items()
+        if name in PYTORCH and m["seconds_to_target"] is not None
+        and m["reached_runs"] == len(m["seeds"])
+    )  # fmt: skip
+    return fastest / methods["terngrad-local25"]["seconds_to_target"]
+
+
+def _ratio(value: float) -> str:
+    return f"{value:.2f}×"
+
+
+def test_the_time_to_accuracy_table_is_the_sweeps():
+    rows = _table("## Time to accuracy on a slow link")
+    assert [row["link"] for row in rows] == list(LINKS)
+    for row in rows:
+        methods = _point(LINKS[row["link"]])
+        for column, method in COLUMNS.items():
+            assert row[column] == _seconds(methods.get(method)), (row["link"], column)
+        lead = row["local25 vs PyTorch's fastest"].strip("*")
+        assert lead == _ratio(_lead(LINKS[row["link"]])), row["link"]
+
+
+def test_the_which_method_table_quotes_the_sweeps_leads():
+    rows = {(r["your training"], r["link"]): r["measured"] for r in _table("| your training |")}
+    slow = [_lead(link) for link in ("100mbit", "25mbit", "10mbit")]
+    fast = [_lead(link) for link in ("unlimited", "1gbit")]
+    assert rows["SGD + momentum (LeNet)", "≤ 100 Mbit/s"].startswith(
+        f"{min(slow):.2f}–{_ratio(max(slow))} sooner than PyTorch's fastest"
+    )
+    assert (
+        f"level: {min(fast):.2f}–{_ratio(max(fast))}"
+        in rows["SGD + momentum (LeNet)", "≥ 1 Gbit/s"]
+    )
+
+
+def test_the_limits_quote_per_step_terngrad_and_local_steps_on_fast_links():
+    per_step = [
+        _point(link)["fp16"]["seconds_to_target"] / _point(link)["terngrad"]["seconds_to_target"]
+        for link in ("unlimited", "1gbit")
+    ]
+    assert f"({_ratio(per_step[0])}, {_ratio(per_step[1])}, tuned)" in WORDS
+    fast = [_lead(link) for link in ("unlimited", "1gbit")]
+    assert f"local steps are level there ({min(fast):.2f}–{_ratio(max(fast))}" in WORDS
+
+
+def _race(link: str) -> dict[str, float]:
+    """Mean training seconds to the GPT race's target, by method, over its three seeds."""
+    folder = RESULTS / "accuracy" / "gpt-race" / link
+    if (folder / "three-seeds").is_dir():
+        folder = folder / "three-seeds"
+    found = json.loads((folder / "results.json").read_text())["methods"]
+    return {m["method"]: m["reached"]["train_seconds"] for m in found if len(m["seeds"]) == 3}
+
+
+def test_the_gpt_race_figures_are_the_three_seed_means():
+    method = "terngrad-b512-last-min0-ef-localvar100"
+    leads = [_race(link)["fp16"] / _race(link)[method] for link in ("25mbit", "100mbit")]
+    assert f"[{_ratio(leads[0])}, {_ratio(leads[1])} sooner than fp16]" in WORDS
+    assert f"`{method}`" in WORDS
+
+
+def _eval_losses(model: str, setting: str) -> list[dict]:
+    folder = RESULTS / "trainer-defaults"
+    return [json.loads((folder / f"{model}-{setting}-s{s}.json").read_text()) for s in range(3)]
+
+
+@pytest.mark.parametrize("model, words", [("gpt2", "GPT-2"), ("bert", "BERT")])
+def test_the_trainer_defaults_figures_are_the_three_seed_means(model, words):
+    ddp = statistics.mean(r["eval_loss"] for r in _eval_losses(model, "ddp"))
+    runs = _eval_losses(model, "hook-last-qsgd5-b64")  # the default's setting, bit for bit
+    gap = statistics.mean(r["eval_loss"] for r in runs) / ddp - 1
+    assert f"{100 * gap:+.2f}% {words}" in WORDS
+    compression = {round(r["compression"], 1) for r in runs}
+    assert len(compression) == 1
+    assert f"{compression.pop():.1f}×" in WORDS
