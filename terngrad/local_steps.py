@@ -3,6 +3,7 @@ of ``H`` for ``local_steps="auto"`` from the measured inner step and outer excha
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -11,12 +12,16 @@ from typing import Any
 import torch
 
 from terngrad.comm.front.synchronizer import Synchronizer
+from terngrad.comm.spec import methods
 from terngrad.util.settings import FRACTION, POSITIVE
 
 __all__ = ["AUTO_MAX_LOCAL_STEPS", "AUTO_PROBE_STEPS", "MAX_COMM_SHARE", "OUTER_LR",
-           "OUTER_MOMENTUM", "check_outer_settings", "choose_local_steps", "cloned", "outer_sgd",
-           "time_exchange"]  # fmt: skip
+           "OUTER_MOMENTUM", "check_outer_settings", "choose_local_steps", "cloned",
+           "local_steps_of", "outer_sgd", "time_exchange"]  # fmt: skip
 
+#: ``H``, the inner steps between two outer steps, where neither a method nor ``local_steps=``
+#: says it (``DiLoCo``)
+LOCAL_STEPS = 16
 #: DiLoCo's outer step (its paper's): SGD at this rate with Nesterov momentum 0.9 — the one
 #: place these defaults are written (``DiLoCo``, ``terngrad train``, both callbacks)
 OUTER_LR = 0.7
@@ -58,7 +63,7 @@ def choose_local_steps(
 
 
 def check_outer_settings(
-    local_steps: int | str = 16,
+    local_steps: int | str = LOCAL_STEPS,
     outer_lr: float = OUTER_LR,
     outer_momentum: float = OUTER_MOMENTUM,
     nesterov: bool | None = None,
@@ -90,6 +95,33 @@ def check_outer_settings(
             f"max_comm_share must be a share of the time in (0, 1), got {max_comm_share!r}"
         )
     return _auto_choices(auto_choices)
+
+
+def local_steps_of(
+    settings: dict[str, Any],
+    local_steps: int | str | None,
+    overlap: bool | None,
+    unset: tuple[Any, Any] = (1, False),
+) -> tuple[int | str | None, bool | None]:
+    """``local_steps`` and ``overlap`` where ``settings["method"]`` names them
+    (``method="terngrad-local16"``): the method's, and ``settings["method"]`` then the same
+    method without them (the exchange of the pseudo-gradients). A value given (other than its
+    ``unset`` one: the caller's default) that is not the method's is refused in one line naming
+    both; with a method of one step, or none, the values given stand (keywords add local steps
+    as without a method). The one rule of ``DiLoCo`` and both callbacks."""
+    name = settings.get("method")
+    m = None if name is None else methods.get(name)
+    if m is None or m.local_steps == 1:
+        return local_steps, overlap
+    for key, given, own, none in (("local_steps", local_steps, m.local_steps, unset[0]),
+                                  ("overlap", overlap, m.outer_overlap, unset[1])):  # fmt: skip
+        if given not in (none, own):
+            raise ValueError(
+                f"{key}={given!r} is not what method {m.name} runs ({key}={own!r}): give the "
+                "method alone, or a method of these local steps (docs/methods.md)"
+            )
+    settings["method"] = dataclasses.replace(m, local_steps=1, outer_overlap=False)
+    return m.local_steps, m.outer_overlap
 
 
 def _auto_choices(choices: Sequence[int] | None) -> list[int]:

@@ -19,10 +19,12 @@ from terngrad.diloco.auto import AutoLocalSteps
 from terngrad.diloco.overlap import InFlight
 from terngrad.diloco.state import STATE_FORMAT, check_state
 from terngrad.local_steps import (
+    LOCAL_STEPS,
     MAX_COMM_SHARE,
     OUTER_LR,
     OUTER_MOMENTUM,
     check_outer_settings,
+    local_steps_of,
     outer_sgd,
 )
 from terngrad.quantize import Quantizer
@@ -67,7 +69,12 @@ class DiLoCo:
     replaced by a no-op hook) with ``inner_optimizer`` (owning every trainable parameter of
     the model, and no other), an outer step every ``local_steps`` calls of :meth:`step`.
 
-    ``local_steps``: ``H``, or ``"auto"`` (chosen at the :data:`AUTO_PROBE_STEPS`-th inner
+    ``method``: a method of the table (a name, ``"terngrad-local16"``, or a
+    :class:`~terngrad.comm.spec.methods.Method`), whose ``H``, overlap and exchange this runs;
+    a ``local_steps`` or ``overlap`` given that is not the method's is refused in one line (a
+    method without local steps gives the exchange, ``local_steps`` the ``H``).
+    ``local_steps``: ``H`` (by default :data:`~terngrad.local_steps.LOCAL_STEPS`), or
+    ``"auto"`` (chosen at the :data:`AUTO_PROBE_STEPS`-th inner
     step so that the exchange takes at most ``max_comm_share`` of the time, from
     ``auto_choices``, by default 1 to :data:`AUTO_MAX_LOCAL_STEPS`);
     ``overlap``: the outer exchange in the background, its update one outer step late;
@@ -85,20 +92,23 @@ class DiLoCo:
         self,
         model: nn.Module,
         inner_optimizer: torch.optim.Optimizer,
-        local_steps: int | str = 16,
+        local_steps: int | str | None = None,
         quantizer: str | Quantizer = "terngrad",
         topology: str = "sharded",
         *,
         outer_lr: float = OUTER_LR,
         outer_momentum: float = OUTER_MOMENTUM,
         nesterov: bool | None = None,
-        overlap: bool = False,
+        overlap: bool | None = None,
         max_comm_share: float = MAX_COMM_SHARE,
         auto_choices: Sequence[int] | None = None,
         options: Options | None = None,
         **settings: Any,
     ) -> None:
         module = _plain_module(model)
+        local_steps, overlap = local_steps_of(settings, local_steps, overlap, unset=(None, None))
+        local_steps = LOCAL_STEPS if local_steps is None else local_steps
+        overlap = False if overlap is None else overlap
         choices = check_outer_settings(local_steps, outer_lr, outer_momentum, nesterov, overlap,
                                        max_comm_share, auto_choices)  # fmt: skip
         _check_owner(module, inner_optimizer)

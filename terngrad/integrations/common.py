@@ -1,44 +1,16 @@
-"""What the framework integrations share: a method's local steps taken as the callback's,
-dropping a skipped step's gradients, the warning for one process, the refusal of loss scaling,
-and the route of a model the framework sharded with FSDP2's ``fully_shard`` to
-:func:`terngrad.fsdp.register`."""
+"""What the framework integrations share: dropping a skipped step's gradients, the warning for one
+process, the refusal of loss scaling, and the route of a model the framework sharded with
+FSDP2's ``fully_shard`` to :func:`terngrad.fsdp.register`."""
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from typing import Any
 
 from torch import nn
 
 import terngrad.fsdp
-from terngrad.comm.spec import methods
 from terngrad.comm.spec.options import Options
-
-
-def local_steps_of(
-    settings: dict[str, Any], local_steps: int | str, overlap: bool
-) -> tuple[int | str, bool]:
-    """The callback's local steps and overlap, where ``settings["method"]`` names them
-    (``method="terngrad-local16"``): the method's, ``settings["method"]`` then the same method
-    without them (the hook DiLoCo exchanges with). A keyword given that is not the method's
-    (``local_steps=8``) is refused in one line; with a method of one step a keyword adds local
-    steps, as without a method. Returns ``(local_steps, overlap)``."""
-    name = settings.get("method")
-    if name is None:
-        return local_steps, overlap
-    m = methods.get(name)
-    if m.local_steps == 1:
-        return local_steps, overlap
-    for key, given, own, unset in (("local_steps", local_steps, m.local_steps, 1),
-                                   ("overlap", overlap, m.outer_overlap, False)):  # fmt: skip
-        if given not in (unset, own):
-            raise ValueError(
-                f"{key}={given!r} is not what method {m.name} runs ({key}={own!r}): give the "
-                "method alone, or a method of these local steps (docs/methods.md)"
-            )
-    settings["method"] = dataclasses.replace(m, local_steps=1, outer_overlap=False)
-    return m.local_steps, m.outer_overlap
 
 
 def drop_gradients(optimizer: Any) -> None:

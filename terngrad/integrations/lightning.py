@@ -48,12 +48,11 @@ from terngrad.integrations import checkpoints
 from terngrad.integrations.common import (
     drop_gradients,
     fully_sharded,
-    local_steps_of,
     loss_scaling_refused,
     register_sharded,
     warn_one_process,
 )
-from terngrad.local_steps import MAX_COMM_SHARE, OUTER_LR, OUTER_MOMENTUM
+from terngrad.local_steps import MAX_COMM_SHARE, OUTER_LR, OUTER_MOMENTUM, local_steps_of
 
 try:  # the unified package, or the standalone one
     from lightning.pytorch import Callback

@@ -82,12 +82,11 @@ from terngrad.integrations import accelerate, checkpoints
 from terngrad.integrations.common import (
     drop_gradients,
     fully_sharded,
-    local_steps_of,
     loss_scaling_refused,
     register_sharded,
     warn_one_process,
 )
-from terngrad.local_steps import MAX_COMM_SHARE, OUTER_LR, OUTER_MOMENTUM
+from terngrad.local_steps import MAX_COMM_SHARE, OUTER_LR, OUTER_MOMENTUM, local_steps_of
 
 __all__ = ["DEFAULT_METHOD", "TernGradCallback"]
 

@@ -129,7 +129,26 @@ def test_bad_input_is_one_line():
         assert lines[11].startswith("auto_choices must be a non-empty list of positive integ")
         assert "overlap=True instead of False" in lines[12] or "overlap" in lines[12]
         assert "the ranks made DiLoCo with different settings" in lines[12]
-        assert "already has a communication hook" in lines[13]
+        assert lines[13] == (
+            "local_steps=8 is not what method terngrad-local4 runs (local_steps=4): give the "
+            "method alone, or a method of these local steps (docs/methods.md)"
+        )
+        assert lines[14].startswith("overlap=True is not what method terngrad-local4 runs")
+        assert "already has a communication hook" in lines[15]
+
+
+def test_a_method_runs_its_own_local_steps_and_exchange(ternary):
+    """``method="terngrad-local4"``: H = 4 and the plain TernGrad exchange, bit for bit the run
+    given ``local_steps=4``; a method of one step gives the exchange, ``local_steps`` the H."""
+    world, straight = ternary
+    if world != 2:
+        pytest.skip("one world size is enough")
+    for settings, h in (({"method": "terngrad-local4"}, None), ({"method": "terngrad"}, H)):
+        ranks = run(w.train, world, STEPS, h, settings)
+        for mine, theirs in zip(ranks, straight, strict=True):
+            assert mine["local_steps"] == H
+            assert _bitwise_equal(mine["params"], theirs["params"])
+            assert mine["bytes"] == theirs["bytes"]
 
 
 # --- overlap: the outer exchange behind the next inner steps, its update one outer step late
