@@ -1,6 +1,7 @@
 """The tiers (``unit``, ``distributed``, ``e2e``: a marker each, set by the test's folder) and
 the fixtures every tier shares; shared helpers are in support.py."""
 
+import fcntl
 import os
 from pathlib import Path
 
@@ -15,14 +16,20 @@ if not torch.cuda.is_available():  # the Triton kernels run on CPU tensors throu
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _compiled_kernels(request):
+def _compiled_kernels(request, tmp_path_factory):
     """Compile the numba kernels once, before any test spawns ranks that would each compile:
     the parallel build this process runs, and the serial one of the one-thread ranks that the
-    distributed and end-to-end tiers start (not needed by the unit tier alone)."""
+    distributed and end-to-end tiers start (not needed by the unit tier alone). Under
+    pytest-xdist one worker compiles while the others wait, then load its on-disk cache."""
     from terngrad.kernels import warm_up
 
     tiers = {m.name for item in request.session.items for m in item.iter_markers()}
-    warm_up(levels=True, threads=None if tiers - {"unit", "triton"} else torch.get_num_threads())
+    shared = tmp_path_factory.getbasetemp().parent  # the same folder for every xdist worker
+    with open(shared / "numba-warm-up.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        warm_up(
+            levels=True, threads=None if tiers - {"unit", "triton"} else torch.get_num_threads()
+        )
 
 
 @pytest.fixture(autouse=True)
