@@ -57,6 +57,10 @@ against DDP's 48 bits every step: at ``H = 16``, ~200x fewer bytes per inner ste
 from terngrad.diloco.outer import DiLoCo, DiLoCoStats
 from terngrad.local_steps import AUTO_PROBE_STEPS, check_outer_settings, choose_local_steps
 
+# the public classes' home is this package (their reprs and pickles name it)
+DiLoCo.__module__ = __name__
+DiLoCoStats.__module__ = __name__
+
 __all__ = [
     "AUTO_PROBE_STEPS",
     "DiLoCo",

@@ -56,6 +56,9 @@ from terngrad.comm.spec.options import Options
 from terngrad.fsdp.groups import REGISTERED, fsdp_api, fsdp_groups
 from terngrad.fsdp.state import State
 
+# the public classes' home is this package (their reprs and pickles name it)
+State.__module__ = __name__
+
 __all__ = ["State", "register"]
 
 

@@ -258,9 +258,9 @@ def _check_exchange(what: str, rank: int, state: Any, cfg: TrainConfig, model: n
     :func:`~terngrad.comm.rank.reducer.check_hook_state`) against the run's configuration."""
     params = _exchanged(model)
     excluded = full_precision_names(params, last_layer_names(model), cfg.hook_options)
-    sizes = {n: p.numel() for n, p in params if n not in excluded}
+    sizes = {n: p.numel() for n, p in params}
     try:
-        check_hook_state(state, _exchange_config(cfg, model), rank, sizes, variance)
+        check_hook_state(state, _exchange_config(cfg, model), rank, sizes, excluded, variance)
     except ValueError as exc:
         raise _Misfit(f"its {what}: {exc}") from None
 

@@ -61,14 +61,18 @@ def check_hook_state(
     config: dict[str, Any],
     rank: int,
     sizes: Mapping[str, int],
+    excluded: set[str],
     variance: bool,
 ) -> None:
     """The one check of a saved hook state (:meth:`State.state_dict`) against the hook that
-    would load it (its ``config``, ``rank``, residual ``sizes``, whether its optimizer measures
-    a ``variance`` on each rank), without the hook: what :meth:`State.load_state_dict` checks,
-    in its words; the trainer's launcher runs it on a checkpoint before any worker starts."""
+    would load it — its ``config``, ``rank``, the ``sizes`` of the parameters it exchanges
+    (residuals only of those not ``excluded``, kept in full precision), whether its optimizer
+    measures a ``variance`` on each rank — without the hook: what
+    :meth:`State.load_state_dict` checks, in its words; the trainer's launcher runs it on a
+    checkpoint before any worker starts."""
+    residuals = {name: n for name, n in sizes.items() if name not in excluded}
     check_saved_rank_state(
-        state, Reducer.kind, Reducer.state_format, sizes, config, rank,
+        state, Reducer.kind, Reducer.state_format, residuals, config, rank,
         lambda s: check_own(s, Reducer.kind, torch.Generator().get_state()),
     )  # fmt: skip
     check_local_variance_entry(state, variance, sizes)
