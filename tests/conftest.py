@@ -19,17 +19,19 @@ if not torch.cuda.is_available():  # the Triton kernels run on CPU tensors throu
 def _compiled_kernels(request, tmp_path_factory):
     """Compile the numba kernels once, before any test spawns ranks that would each compile:
     the parallel build this process runs, and the serial one of the one-thread ranks that the
-    distributed and end-to-end tiers start (not needed by the unit tier alone). Under
-    pytest-xdist one worker compiles while the others wait, then load its on-disk cache."""
+    distributed and end-to-end tiers start (not needed by the unit tier alone). Each build under
+    its own file lock: with pytest-xdist's two workers, each compiles one build while the other
+    compiles the other, then loads that one from numba's on-disk cache."""
     from terngrad.kernels import warm_up
 
     tiers = {m.name for item in request.session.items for m in item.iter_markers()}
+    builds = [1, max(torch.get_num_threads(), 2)] if tiers - {"unit", "triton"} else [None]
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
     shared = tmp_path_factory.getbasetemp().parent  # the same folder for every xdist worker
-    with open(shared / "numba-warm-up.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        warm_up(
-            levels=True, threads=None if tiers - {"unit", "triton"} else torch.get_num_threads()
-        )
+    for threads in builds[worker % len(builds) :] + builds[: worker % len(builds)]:
+        with open(shared / f"numba-warm-up-{threads}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            warm_up(levels=True, threads=threads or torch.get_num_threads())
 
 
 @pytest.fixture(autouse=True)

@@ -42,6 +42,7 @@ def test_two_workers_train_the_gpt_with_terngrad_and_report_bits_per_char(tmp_pa
     assert lrs == pytest.approx([1e-3 * f(2), 1e-3 * f(5)], rel=1e-12)
 
 
+@pytest.mark.slow  # a whole experiment: make test-slow
 def test_a_two_method_reproduction_writes_the_table_and_reads_back(tmp_path, capsys, monkeypatch):
     corpus = tmp_path / "corpus"
     write_corpus(corpus, files=20, extra={i: (f"Line {i} of the corpus, about TernGrad. " * 40)

@@ -12,6 +12,7 @@ SMOKE = ["reproduce", "orq", "--model", "mlp", "--workers", "2", "--steps", "4",
          "--no-algorithm2"]  # fmt: skip
 
 
+@pytest.mark.slow  # a whole experiment: make test-slow
 def test_a_two_run_smoke_reproduction(tmp_path, capsys, monkeypatch):
     out = tmp_path / "orq"
     assert main([*SMOKE, "--out", str(out)]) == 0

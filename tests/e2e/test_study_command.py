@@ -11,6 +11,7 @@ from terngrad.bench import study as st
 from terngrad.cli import main
 
 
+@pytest.mark.slow  # a whole experiment: make test-slow
 def test_study_command_and_checkpoint(tmp_path, capsys):
     args = ["study", "--model", "mlp", "--dataset", "synthetic", "--steps", "3", "--draws", "2",
             "--methods", "terngrad", "terngrad-noclip", "signsgd"]  # fmt: skip

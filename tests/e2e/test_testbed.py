@@ -115,6 +115,7 @@ def test_a_killed_runs_testbed_is_removed_exactly_processes_included():
 ACCURACY_PREFIX = "tgacc"
 
 
+@pytest.mark.slow  # a whole experiment: make test-slow
 @pytest.mark.skipif(WHY_NOT is not None, reason=f"testbed: {WHY_NOT}")
 def test_two_ranks_two_methods_on_the_shaped_testbed_then_a_sweep(tmp_path):
     """A 2-rank, 2-method ``bench accuracy`` run at 100 Mbit/s (read back when run again,
@@ -188,6 +189,7 @@ def test_two_ranks_two_methods_on_the_shaped_testbed_then_a_sweep(tmp_path):
     assert (tmp_path / "sweep" / "sweep.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow  # a whole experiment: make test-slow
 @pytest.mark.skipif(WHY_NOT is not None, reason=f"testbed: {WHY_NOT}")
 def test_a_tuned_race_tunes_on_its_own_seed_then_races_each_method_at_its_rate(tmp_path):
     """``--tune-lr``: TernGrad at three rates on the tuning seed, unlimited, from the middle of
