@@ -3,7 +3,8 @@ whose outer gradients go through terngrad's exchanges.
 
 The rooms: :mod:`~terngrad.diloco.outer` (the class and its outer step),
 :mod:`~terngrad.diloco.overlap` (the outer exchange in flight), :mod:`~terngrad.diloco.auto`
-(``H`` measured and chosen), :mod:`~terngrad.diloco.state` (a saved state and its one check);
+(``H`` measured and chosen), :mod:`~terngrad.diloco.state` (a saved state and its one check),
+:mod:`~terngrad.diloco.model` (the model and inner optimizer it serves);
 the settings and their defaults: :mod:`terngrad.local_steps`.
 
 >>> outer = terngrad.diloco.DiLoCo(model, inner_optimizer, local_steps=16)

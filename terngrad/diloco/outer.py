@@ -16,6 +16,7 @@ from terngrad.comm.front.synchronizer import Synchronizer
 from terngrad.comm.rank.agreement import differing_ranks
 from terngrad.comm.spec.options import Options
 from terngrad.diloco.auto import AutoLocalSteps
+from terngrad.diloco.model import check_owner, local_gradients, plain_module
 from terngrad.diloco.overlap import InFlight
 from terngrad.diloco.state import STATE_FORMAT, check_state
 from terngrad.local_steps import (
@@ -105,13 +106,13 @@ class DiLoCo:
         options: Options | None = None,
         **settings: Any,
     ) -> None:
-        module = _plain_module(model)
+        module = plain_module(model)
         local_steps, overlap = local_steps_of(settings, local_steps, overlap, unset=(None, None))
         local_steps = LOCAL_STEPS if local_steps is None else local_steps
         overlap = False if overlap is None else overlap
         choices = check_outer_settings(local_steps, outer_lr, outer_momentum, nesterov, overlap,
                                        max_comm_share, auto_choices)  # fmt: skip
-        _check_owner(module, inner_optimizer)
+        check_owner(module, inner_optimizer)
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError(
                 "terngrad.diloco needs torch.distributed initialised: call "
@@ -139,7 +140,7 @@ class DiLoCo:
         for b in module.buffers():
             dist.broadcast(b, src=link._global(0), group=link.group)
         if isinstance(model, nn.parallel.DistributedDataParallel):
-            model.register_comm_hook(None, _local_gradients)
+            model.register_comm_hook(None, local_gradients)
         #: the outer model: where every replica restarts from
         self.anchor = [p.detach().clone() for p in self.params]
         for a in self.anchor:
@@ -223,7 +224,11 @@ class DiLoCo:
             return True
         assert self._in_flight is not None
         if self._in_flight.pending:  # Δ_{k-1}, averaged while the last H steps ran
-            self._outer_update(*self._in_flight.land())
+            landed, skipped = self._in_flight.land()
+            self._outer_update(landed, skipped)
+            if skipped:  # a rank's Δ_{k-1} was not finite, and this window started from it
+                self._restart_from_anchor()
+                return True
         sent = [d.clone() for d in deltas]
         self._restart_with_own(sent)
         self._average_buffers()
@@ -264,13 +269,27 @@ class DiLoCo:
             a.grad = d
         self.outer_optimizer.step()
 
+    def _restart_from_anchor(self) -> None:
+        """Overlap, after a skipped outer step: each replica restarted from ``anchor − Δ_r``
+        with its own ``Δ_r`` of the skipped step, which is not finite on some rank, and so is
+        every pseudo-gradient taken from there. Every replica restarts from the anchor instead
+        (this window's steps dropped, nothing sent this outer step): the next window is clean
+        on every rank."""
+        for p, a in zip(self.params, self.anchor, strict=True):
+            p.copy_(a)
+        self._starts = None
+        self._average_buffers()
+
     def _restart_with_own(self, sent: list[torch.Tensor]) -> None:
         """Overlap: each replica restarts from the anchor moved by its own pseudo-gradient in
         flight, ``θ_r = anchor − Δ_r`` (its last ``H`` steps kept until their average lands:
         restarting from the bare anchor would have every rank redo them, and the average
-        count them twice); the next pseudo-gradient is taken from there."""
+        count them twice); the next pseudo-gradient is taken from there. A ``Δ_r`` that is not
+        finite (the exchange will skip this outer step on every rank) is not kept: this replica
+        restarts from the bare anchor, so that no NaN reaches its next steps."""
+        finite = all(bool(torch.isfinite(d).all()) for d in sent)
         for p, a, d in zip(self.params, self.anchor, sent, strict=True):
-            p.copy_(a - d)
+            p.copy_(a - d if finite else a)
         self._starts = [p.detach().clone() for p in self.params]
 
     def _average_buffers(self) -> None:
@@ -343,47 +362,3 @@ class DiLoCo:
                     self._starts = [a.detach() - d for a, d in zip(self.anchor, sent, strict=True)]
             assert self._in_flight is not None
             self._in_flight.launch([d.clone() for d in sent], sent)
-
-
-def _local_gradients(_, bucket):  # DDP checks real annotations; these would be strings
-    """A DDP communication hook that averages nothing: each replica keeps its own gradient
-    (its inner steps are local)."""
-    future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    future.set_result(bucket.buffer())
-    return future
-
-
-def _plain_module(model: nn.Module) -> nn.Module:
-    """The module whose parameters DiLoCo steps; one line for what it cannot serve."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"DiLoCo trains an nn.Module, got {type(model).__name__}")
-    if isinstance(model, nn.parallel.DistributedDataParallel):
-        hooks = getattr(model, "_comm_hooks", [])
-        if hooks:
-            raise ValueError(
-                "this DDP model already has a communication hook (a terngrad hook?): DiLoCo "
-                "replaces DDP's all-reduce with its own, so give it a DDP model without one, "
-                "or the plain module"
-            )
-        return model.module
-    if any(type(m).__name__.startswith("FSDP") for m in model.modules()):
-        raise ValueError(
-            "DiLoCo does not serve FSDP models: its outer step needs each rank's whole replica"
-        )
-    return model
-
-
-def _check_owner(module: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    """The inner optimizer must step exactly the model's trainable parameters."""
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(
-            f"inner_optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
-        )
-    owned = {id(p) for g in optimizer.param_groups for p in g["params"]}
-    trainable = {id(p) for p in module.parameters() if p.requires_grad}
-    if owned != trainable:
-        raise ValueError(
-            f"the inner optimizer must own the model's trainable parameters, and only those: "
-            f"{len(trainable - owned)} of the model's are not in it, {len(owned - trainable)} of "
-            "its are not the model's"
-        )

@@ -111,6 +111,21 @@ def test_a_non_finite_pseudo_gradient_skips_the_outer_step_on_every_rank():
         assert all(torch.isfinite(p).all() for p in out["params"][-1])
 
 
+def test_overlap_recovers_from_one_non_finite_pseudo_gradient():
+    """With overlap, a NaN in rank 1's replica once (at the end of the second window): rank 1
+    restarts from the anchor rather than from ``anchor − its own Δ`` (NaN: its optimizer's
+    moments would be NaN for good), the exchange of that window is skipped when it lands, every
+    replica restarts from the anchor, and the outer steps after it apply again — one skipped
+    outer step, not every later one."""
+    ranks = run(w.train, 2, 6 * H, H, {"overlap": True}, False, None, None, 2 * H - 1)
+    for out in ranks:
+        assert out["final_stats"].skipped_outer_steps == 1
+        assert all(torch.isfinite(p).all() for p in out["final"])
+        last, before = out["anchors"][-1], out["anchors"][-2]
+        assert not all(torch.equal(a, b) for a, b in zip(last, before, strict=True))  # it learns
+    assert _bitwise_equal(ranks[0]["final"], ranks[1]["final"])
+
+
 def test_bad_input_is_one_line():
     said = run(w.refusals, 2)
     for lines in said:
