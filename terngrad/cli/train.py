@@ -60,7 +60,7 @@ def config(args: argparse.Namespace, **fixed: Any):
     settings = {**given(args, TrainConfig), **fixed}
     exchange = exchange_settings(args)
     if args.method is None:
-        return TrainConfig(**settings, exchange=Options(**exchange))
+        return _outer_read(TrainConfig(**settings, exchange=Options(**exchange)), settings)
     if settings.get("baseline") is not None:
         raise ValueError("give --method or --baseline, not both (fp32, fp16, powersgd are methods)")
     base = TrainConfig(**{k: v for k, v in settings.items() if k not in METHOD_SETTINGS})
@@ -68,6 +68,21 @@ def config(args: argparse.Namespace, **fixed: Any):
     over = {k: v for k, v in exchange.items() if k != "full_precision_steps"}
     cfg = configure(method, base, base.out, over, exchange.get("full_precision_steps"))
     refuse_disagreements(cfg, method, settings, exchange, spelling(TrainConfig, Options))
+    return _outer_read(cfg, settings)
+
+
+def _outer_read(cfg, settings: dict[str, Any]):
+    """``cfg``, unless a setting of the outer step was given for a run without local steps,
+    which would record it and never read it: refused in one line."""
+    if cfg.local_steps == 1:
+        for name in ("outer_lr", "outer_momentum"):
+            if name in settings:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(
+                    f"{flag} {settings[name]} sets the outer step of local steps, and this run "
+                    "has none: give --local-steps, or a method with local steps "
+                    "(terngrad-local16), or leave it out"
+                )
     return cfg
 
 

@@ -335,8 +335,10 @@ class DiLoCo:
         """Restore :meth:`state_dict` of the same rank and settings (on every rank at once: an
         exchange that was in flight is sent again); ``ValueError`` with one line naming what
         does not fit."""
+        group = self.outer_optimizer.param_groups[0]
         check_state(state, [tuple(a.shape) for a in self.anchor], self.local_steps,
-                    self.overlap, self.auto_choices)  # fmt: skip
+                    self.overlap, self.auto_choices,
+                    {k: group[k] for k in ("lr", "momentum", "nesterov")})  # fmt: skip
         saved_h = state["local_steps"]
         if self._in_flight is not None and self._in_flight.pending:
             self._in_flight.land()  # (the replaced run's exchange lands before it is dropped)

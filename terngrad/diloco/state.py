@@ -7,7 +7,7 @@ before any worker starts, by the trainer's check of a checkpoint
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -35,13 +35,18 @@ def check_state(
     local_steps: int | str,
     overlap: bool,
     auto_choices: Sequence[int] = (),
+    outer: Mapping[str, Any] | None = None,
 ) -> None:
     """``ValueError`` in one line unless ``state`` is a saved DiLoCo of these settings: of this
     format, every entry there; saved with ``local_steps`` (a run with ``"auto"`` takes a state
     still to choose, or one that chose any of ``auto_choices``) and ``overlap``; its step
     counts whole numbers; its anchor, and an exchange in flight (``pending``), one dense
-    floating-point tensor per parameter, of ``shapes``; its ``auto`` record a dict or
-    ``None``. The exchange's state and the two optimizers' are their owners' to check."""
+    floating-point tensor per parameter, of ``shapes``, ``pending`` only where ``overlap`` is
+    on; its step counts consistent (no more skipped outer steps than outer steps; with a fixed
+    ``H``, ``inner_steps // H`` outer steps); its ``auto`` record a dict or ``None``; with
+    ``outer`` (the outer SGD's ``lr``, ``momentum`` and ``nesterov`` the run fixes), every
+    group of its outer optimizer at those. The exchange's state and the optimizers' per-parameter
+    states are their owners' to check."""
     if not isinstance(state, dict):
         raise ValueError(f"not a {KIND}: a {type(state).__name__}, not a dict")
     if state.get("format") != STATE_FORMAT:
@@ -55,8 +60,24 @@ def check_state(
         raise ValueError(f"this {KIND} was saved with local_steps={saved_h!r}, not {local_steps!r}")
     if state["overlap"] is not overlap:
         raise ValueError(f"this {KIND} was saved with overlap={state['overlap']!r}, not {overlap}")
-    for key in ("inner_steps", "outer_steps", "skipped_outer_steps"):
-        saved_state.count(state, key, KIND)
+    counted = ("inner_steps", "outer_steps", "skipped_outer_steps")
+    inner, outer_steps, skipped = (saved_state.count(state, key, KIND) for key in counted)
+    if skipped > outer_steps:
+        raise ValueError(
+            f"this {KIND} counts {skipped} skipped outer steps in {outer_steps} outer steps"
+        )
+    if isinstance(saved_h, int) and state.get("auto") is None and outer_steps != inner // saved_h:
+        raise ValueError(
+            f"this {KIND} counts {outer_steps} outer steps in {inner} inner steps, where H = "
+            f"{saved_h} makes {inner // saved_h}"
+        )
+    if state["pending"] is not None and not overlap:
+        raise ValueError(
+            f"this {KIND} holds an outer exchange in flight (pending), which only a run with "
+            "overlap keeps"
+        )
+    if outer is not None:
+        _check_outer(state["outer_optimizer"], outer)
     for key in ("anchor", "pending"):
         tensors = state[key]
         if key == "pending" and tensors is None:
@@ -75,3 +96,18 @@ def check_state(
                 )
     if state.get("auto") is not None and not isinstance(state["auto"], dict):
         raise ValueError(f"this {KIND}'s auto record is a {type(state['auto']).__name__}")
+
+
+def _check_outer(saved: Any, outer: Mapping[str, Any]) -> None:
+    """Every group of a saved outer optimizer at the ``lr``, ``momentum`` and ``nesterov`` the
+    run fixes (a resumed run takes the run's, not the file's)."""
+    groups = saved.get("param_groups") if isinstance(saved, dict) else None
+    if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+        raise ValueError(f"this {KIND}'s outer optimizer is not an optimizer's state")
+    for key, value in outer.items():
+        found = {repr(g.get(key)) for g in groups}
+        if found != {repr(value)}:
+            raise ValueError(
+                f"this {KIND}'s outer optimizer has {key}={', '.join(sorted(found))}, this run "
+                f"{key}={value!r}: resume with the outer settings it was saved with"
+            )

@@ -30,7 +30,7 @@ from terngrad.comm.rank.agreement import exchange_config
 from terngrad.comm.rank.momentum import VarianceSource
 from terngrad.comm.rank.plans import full_precision_names, last_layer_names
 from terngrad.comm.rank.reducer import check_hook_state
-from terngrad.diloco.state import check_state
+from terngrad.diloco.state import REPLICATED_STATE, check_state
 from terngrad.kernels import resolve
 from terngrad.local_steps import outer_sgd
 from terngrad.train import models
@@ -63,10 +63,13 @@ def _check(ckpt: dict[str, Any], cfg: TrainConfig) -> None:
     generator_size = torch.get_rng_state().shape
     for rank, state in enumerate(ckpt["rng_states"]):
         _check_generator(f"generator of rank {rank}", state, generator_size)
-    if cfg.baseline is None:  # (PyTorch's baselines keep no hook state)
-        check = _check_diloco_state if cfg.local_steps != 1 else _check_hook_state
+    if cfg.baseline is None and cfg.local_steps != 1:
         for rank, state in enumerate(ckpt["hook_states"]):
-            check(rank, state, cfg, model)
+            _check_diloco_state(rank, state, cfg, model, ckpt["step"])
+        _check_alike(ckpt["hook_states"])
+    elif cfg.baseline is None:  # (PyTorch's baselines keep no hook state)
+        for rank, state in enumerate(ckpt["hook_states"]):
+            _check_hook_state(rank, state, cfg, model)
     _check_records(ckpt, cfg.workers)
 
 
@@ -270,25 +273,60 @@ def _check_hook_state(rank: int, state: Any, cfg: TrainConfig, model: nn.Module)
     _check_exchange(f"hook state of rank {rank}", rank, state, cfg, model, variance)
 
 
-def _check_diloco_state(rank: int, state: Any, cfg: TrainConfig, model: nn.Module) -> None:
+def _check_diloco_state(rank: int, state: Any, cfg: TrainConfig, model: nn.Module,
+                        step: int) -> None:  # fmt: skip
     """One rank's :meth:`terngrad.diloco.DiLoCo.state_dict`, as ``load_state_dict`` reads it."""
     from terngrad.train.loop import local_step_choices
 
     what = f"local-steps state of rank {rank}"
     params = [p for _, p in _exchanged(model)]
-    try:  # (DiLoCo.load_state_dict's own check: one wording)
-        check_state(state, [tuple(p.shape) for p in params], cfg.local_steps, cfg.outer_overlap,
-                    local_step_choices(cfg) or [])  # fmt: skip
-    except ValueError as exc:
-        raise _Misfit(f"its {what}: {exc}") from None
-    _check_exchange(f"{what}'s exchange", rank, state["exchange"], cfg, model)
     with torch.device("meta"):
         anchor = [torch.empty_like(p, requires_grad=True) for p in params]
     outer = outer_sgd(anchor, cfg.outer_lr, cfg.outer_momentum)
+    fixed = {k: outer.param_groups[0][k] for k in ("lr", "momentum", "nesterov")}
+    try:  # (DiLoCo.load_state_dict's own check: one wording)
+        check_state(state, [tuple(p.shape) for p in params], cfg.local_steps, cfg.outer_overlap,
+                    local_step_choices(cfg) or [], fixed)  # fmt: skip
+    except ValueError as exc:
+        raise _Misfit(f"its {what}: {exc}") from None
+    if state["inner_steps"] != step:
+        raise _Misfit(
+            f"its {what} counts {state['inner_steps']} inner steps, the checkpoint {step}"
+        )
+    _check_exchange(f"{what}'s exchange", rank, state["exchange"], cfg, model)
     _check_optimizer(f"{what}'s outer optimizer", state["outer_optimizer"], outer)
     inner = make_optimizer(cfg, model)
     make_schedule(cfg, inner, 1)  # (the schedule's initial_lr in the groups)
     _check_optimizer(f"{what}'s inner optimizer", state["inner_optimizer"], inner)
+
+
+def _check_alike(states: list[dict[str, Any]]) -> None:
+    """What local steps keep alike on every rank, alike in every rank's state: the step
+    counts, and bit for bit the anchor and the outer optimizer (rank 0's, in every state of a
+    checkpoint this trainer wrote)."""
+    for key in ("inner_steps", "outer_steps", "skipped_outer_steps"):
+        counts = [s[key] for s in states]
+        if len(set(counts)) > 1:
+            raise _Misfit(f"its local-steps states count {key} {counts} on ranks 0.., not alike")
+    for key in REPLICATED_STATE:
+        differ = [rank for rank, s in enumerate(states) if not _bitwise(s[key], states[0][key])]
+        if differ:
+            raise _Misfit(
+                f"its local-steps state of rank {differ[0]} holds another {key} than rank 0's: "
+                "every rank's is the same, bit for bit"
+            )
+
+
+def _bitwise(a: Any, b: Any) -> bool:
+    """Nested dicts, lists and tensors equal, tensors bit for bit."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_bitwise(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return (isinstance(b, list | tuple) and len(a) == len(b)
+                and all(_bitwise(x, y) for x, y in zip(a, b, strict=True)))  # fmt: skip
+    return a == b
 
 
 # --------------------------------------------------------------------------- the records

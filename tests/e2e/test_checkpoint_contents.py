@@ -72,9 +72,8 @@ CASES = [
 ]  # fmt: skip
 
 
-@pytest.fixture
-def no_workers(monkeypatch):
-    """Any worker started fails the test: the launcher alone refuses."""
+def _forbid_workers(monkeypatch):
+    """Any worker started from here on fails the test: the launcher alone refuses."""
     from torch.distributed import run as torchrun
 
     from terngrad.train import launch
@@ -84,6 +83,11 @@ def no_workers(monkeypatch):
 
     monkeypatch.setattr(launch, "_spawn", started)
     monkeypatch.setattr(torchrun, "main", started)
+
+
+@pytest.fixture
+def no_workers(monkeypatch):
+    _forbid_workers(monkeypatch)
 
 
 def _files(out):
@@ -125,3 +129,57 @@ def test_a_checkpoint_whose_step_is_not_its_names_is_named_as_the_culprit(
         "name says step 4" in err  # fmt: skip
     assert "to resume from the one before it (step 2)" in err and "newer" not in err
     assert _files(out) == before
+
+
+def _outer_lr(c):
+    c["hook_states"][0]["outer_optimizer"]["param_groups"][0]["lr"] = 123.0
+
+
+def _inner_steps(c):
+    for state in c["hook_states"]:
+        state["inner_steps"], state["outer_steps"] = 6, 3
+
+
+def _skipped_apart(c):
+    c["hook_states"][1]["skipped_outer_steps"] = 1
+
+
+def _anchor_apart(c):
+    own = c["hook_states"][1]
+    c["hook_states"][1] = {**own, "anchor": [a + 1e-3 for a in own["anchor"]]}
+
+
+LOCAL_CASES = [
+    (_outer_lr, "its local-steps state of rank 0: this terngrad.diloco state's outer optimizer "
+                "has lr=123.0, this run lr=0.7: resume with the outer settings it was saved "
+                "with"),
+    (_inner_steps, "its local-steps state of rank 0 counts 6 inner steps, the checkpoint 4"),
+    (_skipped_apart, "its local-steps states count skipped_outer_steps [0, 1] on ranks 0.., "
+                     "not alike"),
+    (_anchor_apart, "its local-steps state of rank 1 holds another anchor than rank 0's"),
+]  # fmt: skip
+
+
+def test_a_local_steps_checkpoint_is_checked_for_meaning_before_any_worker(
+    tmp_path, capsys, monkeypatch
+):
+    """Local steps' states, checked for what they mean and not only their form: the outer
+    optimizer at the run's settings, the inner steps the checkpoint's step, the counts and the
+    anchor alike on every rank. Each forged copy refused in one line, nothing rewritten."""
+    local = [*RUN, "--local-steps", "2", "--optimizer", "adamw", "--lr", "1e-3"]
+    trained = tmp_path / "trained"
+    from terngrad.cli import main
+
+    assert main([*local, "--steps", "4", "--out", str(trained)]) == 0
+    _forbid_workers(monkeypatch)
+    for forge, message in LOCAL_CASES:
+        out = tmp_path / forge.__name__
+        shutil.copytree(trained, out)
+        path = checkpoints.latest(out)
+        ckpt = checkpoints.load(path)
+        forge(ckpt)
+        checkpoints.save(path, ckpt)
+        before = _files(out)
+        err = refused(capsys, [*local, "--steps", "6", "--out", str(out)])
+        assert f"{path} does not fit this run: {message}" in err, err
+        assert _files(out) == before

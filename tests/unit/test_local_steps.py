@@ -94,7 +94,8 @@ def test_a_saved_diloco_state_has_one_check_in_one_wording():
             "pending": None, "auto": None}  # fmt: skip
     assert set(STATE_KEYS) <= set(good)
     check_state(good, shapes, 8, False)
-    check_state({**good, "local_steps": 5}, shapes, "auto", False, auto_choices=[1, 5, 25])
+    chose = {**good, "local_steps": 5, "outer_steps": 3, "auto": {"local_steps": 5}}
+    check_state(chose, shapes, "auto", False, auto_choices=[1, 5, 25])
     bad = [
         ([1, 2], {}, "not a terngrad.diloco state: a list, not a dict"),
         ({**good, "format": 1}, {}, "not a terngrad.diloco state (or one of another format"),
@@ -108,11 +109,24 @@ def test_a_saved_diloco_state_has_one_check_in_one_wording():
         ({**good, "anchor": [torch.zeros(4, 3)]}, {}, "anchor is not one tensor per parameter"),
         ({**good, "anchor": [torch.zeros(3, 4), torch.zeros(4)]}, {},
          "anchor 0 has shape (3, 4), the parameter's (4, 3): saved from another model"),
-        ({**good, "pending": [torch.zeros(4, 3), torch.zeros(4, dtype=torch.long)]}, {},
-         "pending 1 is torch.int64, not floating-point"),
+        ({**good, "overlap": True,
+          "pending": [torch.zeros(4, 3), torch.zeros(4, dtype=torch.long)]},
+         {"overlap": True}, "pending 1 is torch.int64, not floating-point"),
+        ({**good, "pending": [torch.zeros(4, 3), torch.zeros(4)]}, {}, "holds an outer exchange "
+         "in flight (pending), which only a run with overlap keeps"),
+        ({**good, "skipped_outer_steps": 3}, {}, "counts 3 skipped outer steps in 2 outer steps"),
+        ({**good, "outer_steps": 1}, {}, "counts 1 outer steps in 16 inner steps, where H = 8 "
+         "makes 2"),
         ({**good, "auto": [5]}, {}, "auto record is a list"),
     ]  # fmt: skip
     for state, settings, words in bad:
         run = {"local_steps": 8, "overlap": False, **settings}
         with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
             check_state(state, shapes, run["local_steps"], run["overlap"], [1, 5, 25])
+    # the outer step's settings: the run's, not the file's (a resumed run would take the file's)
+    fixed = {"lr": 0.7, "momentum": 0.9, "nesterov": True}
+    saved = {**good, "outer_optimizer": {"param_groups": [{**fixed, "params": [0, 1]}]}}
+    check_state(saved, shapes, 8, False, outer=fixed)
+    forged = {"param_groups": [{**fixed, "lr": 123.0, "params": [0, 1]}]}
+    with pytest.raises(ValueError, match=r"outer optimizer has lr=123\.0, this run lr=0\.7"):
+        check_state({**good, "outer_optimizer": forged}, shapes, 8, False, outer=fixed)

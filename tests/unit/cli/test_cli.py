@@ -123,6 +123,11 @@ def test_a_flag_the_method_decides_otherwise_is_refused_not_dropped(capsys):
             "warm-up is a share of the steps in the method's name (terngrad-warmup0.1, say)",
         ("--method", "fp32", "--error-feedback"):
             "--error-feedback is not what fp32 runs (without --error-feedback); no method does",
+        # read by local steps only: recorded in config.json and never read
+        ("--outer-lr", "0.5"): "--outer-lr 0.5 sets the outer step of local steps, and this run "
+            "has none: give --local-steps, or a method with local steps (terngrad-local16)",
+        ("--method", "terngrad-ef", "--outer-momentum", "0.5"): "--outer-momentum 0.5 sets the "
+            "outer step of local steps, and this run has none",
     }  # fmt: skip
     for flags, words in refused.items():
         with pytest.raises(ValueError) as exc:
@@ -131,6 +136,8 @@ def test_a_flag_the_method_decides_otherwise_is_refused_not_dropped(capsys):
     # agreeing with the method, or a count over its warm-up share: trained as given
     same = run("--method", "terngrad-local25", "--local-steps", "25", "--steps", "50")
     assert same.local_steps == 25
+    outer = run("--method", "terngrad-local25", "--outer-lr", "0.5", "--steps", "50")
+    assert outer.outer_lr == 0.5
     warm = run("--method", "terngrad-warmup0.2", "--full-precision-steps", "5", "--steps", "50")
     assert warm.exchange.full_precision_steps == 5
     # through the command: one line, status 2, nothing run
