@@ -18,7 +18,7 @@ from terngrad.comm.spec.options import Options
 from terngrad.diloco.auto import AutoLocalSteps
 from terngrad.diloco.model import check_owner, local_gradients, plain_module
 from terngrad.diloco.overlap import InFlight
-from terngrad.diloco.state import STATE_FORMAT, check_state
+from terngrad.diloco.state import KIND, STATE_FORMAT, check_state
 from terngrad.local_steps import (
     LOCAL_STEPS,
     MAX_COMM_SHARE,
@@ -29,6 +29,7 @@ from terngrad.local_steps import (
     outer_sgd,
 )
 from terngrad.quantize import Quantizer
+from terngrad.util.state_kinds import check_optimizer, on_meta
 
 __all__ = ["DiLoCo", "DiLoCoStats"]
 
@@ -292,6 +293,18 @@ class DiLoCo:
             p.copy_(a - d if finite else a)
         self._starts = [p.detach().clone() for p in self.params]
 
+    def _check_parts(self, state: dict[str, Any]) -> None:
+        """The parts of ``state`` their owners load: the exchange's state, and each optimizer's
+        loaded as torch loads it into a twin on the meta device (each buffer of its
+        parameter's shape, each hyperparameter of this one's kind); one ``ValueError`` line."""
+        self.exchange.reducer.check_state(state["exchange"])
+        for key, optimizer in (("outer_optimizer", self.outer_optimizer),
+                               ("inner_optimizer", self.inner_optimizer)):  # fmt: skip
+            try:
+                check_optimizer(key.replace("_", " "), state[key], on_meta(optimizer))
+            except ValueError as exc:
+                raise ValueError(f"this {KIND}: {exc}") from None
+
     def _average_buffers(self) -> None:
         """Every floating-point buffer replaced by its mean over the ranks (fp32 all-reduce,
         in the buffer's dtype); integer buffers (batch counts) are left as they are."""
@@ -339,6 +352,7 @@ class DiLoCo:
         check_state(state, [tuple(a.shape) for a in self.anchor], self.local_steps,
                     self.overlap, self.auto_choices,
                     {k: group[k] for k in ("lr", "momentum", "nesterov")})  # fmt: skip
+        self._check_parts(state)  # everything checked before anything is replaced
         saved_h = state["local_steps"]
         if self._in_flight is not None and self._in_flight.pending:
             self._in_flight.land()  # (the replaced run's exchange lands before it is dropped)

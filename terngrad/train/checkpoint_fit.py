@@ -18,8 +18,6 @@ judged on its own. A misfit is :class:`~terngrad.train.checkpoints.Unusable`, on
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +35,18 @@ from terngrad.train import models
 from terngrad.train.checkpoints import Unusable
 from terngrad.train.config import TrainConfig
 from terngrad.train.setup import load_data, make_optimizer, make_schedule
+from terngrad.util.state_kinds import (
+    check_count,
+    check_generator,
+    check_like,
+    check_optimizer,
+    check_tensors,
+    describe,
+    is_number,
+)
 
 
-class _Misfit(Exception):
+class _Misfit(ValueError):
     """What does not fit, in words; :func:`check_fit` puts the file's name before it."""
 
 
@@ -49,20 +56,20 @@ def check_fit(path: Path | str, ckpt: dict[str, Any], cfg: TrainConfig) -> None:
     :class:`~terngrad.train.checkpoints.Unusable` naming the first field that does not."""
     try:
         _check(ckpt, cfg)
-    except _Misfit as exc:
+    except ValueError as exc:  # (_Misfit, and the state checks of terngrad.util.state_kinds)
         raise Unusable(f"{path} does not fit this run: {exc}") from None
 
 
 def _check(ckpt: dict[str, Any], cfg: TrainConfig) -> None:
     model = _meta_model(cfg)
-    _check_tensors("model", ckpt["model"], model.state_dict())
+    check_tensors("model", ckpt["model"], model.state_dict())
     optimizer = make_optimizer(cfg, model)
     schedule = make_schedule(cfg, optimizer, 1)  # (the epoch's length changes no state field)
-    _check_optimizer("optimizer", ckpt["optimizer"], optimizer)
+    check_optimizer("optimizer", ckpt["optimizer"], optimizer)
     _check_schedule(ckpt["schedule"], schedule, ckpt["step"])
     generator_size = torch.get_rng_state().shape
     for rank, state in enumerate(ckpt["rng_states"]):
-        _check_generator(f"generator of rank {rank}", state, generator_size)
+        check_generator(f"generator of rank {rank}", state, generator_size)
     if cfg.baseline is None and cfg.local_steps != 1:
         for rank, state in enumerate(ckpt["hook_states"]):
             _check_diloco_state(rank, state, cfg, model, ckpt["step"])
@@ -88,144 +95,11 @@ def _meta_model(cfg: TrainConfig) -> nn.Module:
         return models.build(cfg.model, shape, classes, cfg.dropout)
 
 
-# --------------------------------------------------------------------------- tensors, kinds
-
-
-def _kind(value: Any) -> str:
-    """``value`` in a few words: a tensor's layout, shape, dtype and device, else its type."""
-    if isinstance(value, torch.Tensor):
-        layout = "" if value.layout == torch.strided else f"{str(value.layout)[6:]} "
-        device = "" if value.device.type == "cpu" else f" on {value.device.type}"
-        return f"a {layout}{_shape(value.shape)} {str(value.dtype)[6:]} tensor{device}"
-    return f"a {type(value).__name__}"
-
-
-def _shape(shape: torch.Size) -> str:
-    return f"[{', '.join(str(n) for n in shape)}]"
-
-
-def _tensor(what: str, value: Any, shape: torch.Size | None, floating: bool = True,
-            numel: int | None = None) -> None:  # fmt: skip
-    """``value`` is a dense CPU tensor of ``shape`` (or of ``numel`` elements), of a floating
-    dtype if ``floating`` (else an integer one)."""
-    fits = (
-        isinstance(value, torch.Tensor)
-        and value.layout == torch.strided
-        and value.device.type == "cpu"
-        and not value.is_complex()
-        and value.is_floating_point() == floating
-        and (shape is None or value.shape == shape)
-        and (numel is None or value.numel() == numel)
-    )
-    if not fits:
-        size = _shape(shape) if shape is not None else f"{numel}-element"
-        kind = "floating-point" if floating else "integer"
-        size = f"{size} {kind}" if shape is not None or numel is not None else kind
-        raise _Misfit(f"its {what} is {_kind(value)}, where the run has a dense {size} tensor")
-
-
-def _check_tensors(what: str, saved: Any, expected: Mapping[str, torch.Tensor]) -> None:
-    """``saved`` holds a tensor of each of ``expected``'s shapes and kinds, and nothing else."""
-    if not isinstance(saved, dict):
-        raise _Misfit(f"its {what} is {_kind(saved)}, not a state dict")
-    missing = [k for k in expected if k not in saved]
-    extra = [str(k) for k in saved if k not in expected]
-    if missing or extra:
-        raise _Misfit(
-            f"its {what} "
-            + (f"lacks {', '.join(missing[:3])}" if missing else f"has {', '.join(extra[:3])}")
-            + f", which the run's {what} "
-            + ("has" if missing else "does not have")
-        )
-    for name, ref in expected.items():
-        _tensor(f"{what}'s {name}", saved[name], ref.shape, ref.is_floating_point())
-
-
-def _like(what: str, saved: Any, ref: Any) -> None:
-    """``saved`` is of ``ref``'s kind: a number for a number, a bool for a bool, a list or
-    tuple of as many such for one, a dict with ``ref``'s keys; ``None`` in ``ref`` takes any
-    plain value (``foreach``, ``fused``: either is fine)."""
-    plain = (type(None), bool, int, float, str)
-    if ref is None:
-        ok = isinstance(saved, plain)
-    elif isinstance(ref, bool):
-        ok = isinstance(saved, bool)
-    elif isinstance(ref, int | float):
-        ok = isinstance(saved, int | float) and not isinstance(saved, bool)
-        ok = ok and math.isfinite(saved)
-    elif isinstance(ref, list | tuple):
-        ok = isinstance(saved, list | tuple) and len(saved) == len(ref)
-        if ok:
-            for i, (s, r) in enumerate(zip(saved, ref, strict=True)):
-                _like(f"{what}[{i}]", s, r)
-    elif isinstance(ref, dict):
-        ok = isinstance(saved, dict)
-        if ok:
-            for key, r in ref.items():
-                if key not in saved:
-                    raise _Misfit(f"its {what} lacks {key!r}")
-                _like(f"{what}'s {key}", saved[key], r)
-    else:
-        ok = isinstance(saved, type(ref))
-    if not ok:
-        raise _Misfit(f"its {what} is {_kind(saved)}, where the run has {_kind(ref)}")
-
-
-def _count(what: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise _Misfit(f"its {what} is {value!r}, not a count")
-
-
-def _check_generator(what: str, state: Any, size: torch.Size) -> None:
-    if not (isinstance(state, torch.Tensor) and state.dtype == torch.uint8):
-        raise _Misfit(f"its {what} is {_kind(state)}, not a generator state (uint8)")
-    _tensor(what, state, size, floating=False)
-
-
-# --------------------------------------------------------------------------- optimizer, schedule
-
-
-def _check_optimizer(what: str, saved: Any, optimizer: torch.optim.Optimizer) -> None:
-    """``saved`` loads into ``optimizer`` (built on meta parameters) as torch loads it, each
-    hyperparameter of the run's kind, each buffer of its parameter's shape."""
-    groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
-    if not isinstance(saved, dict) or not isinstance(saved.get("state"), dict):
-        raise _Misfit(f"its {what} is not an optimizer's state dict")
-    try:
-        optimizer.load_state_dict(saved)
-    except Exception as exc:  # torch's own checks (groups, sizes) and ours (settings)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise _Misfit(f"its {what} does not load into the run's: {first}") from None
-    ids = [i for g in saved["param_groups"] for i in g["params"]]
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    extra = [str(i) for i in saved["state"] if i not in ids]
-    if extra:
-        raise _Misfit(f"its {what} holds state for parameters {', '.join(extra[:3])} of no group")
-    for i, (group, ref) in enumerate(zip(optimizer.param_groups, groups, strict=True)):
-        _like(f"{what}'s parameter group {i}", {k: v for k, v in group.items() if k in ref}, ref)
-    for n, (i, param) in enumerate(zip(ids, params, strict=True)):
-        state = saved["state"].get(i, {})
-        if not isinstance(state, dict):
-            raise _Misfit(f"its {what}'s state of parameter {n} is {_kind(state)}")
-        for key, value in state.items():
-            where = f"{what}'s {key} of parameter {n}"
-            if key == "step":
-                if not (_number(value) or (isinstance(value, torch.Tensor) and value.numel() == 1
-                                           and not value.is_complex())):  # fmt: skip
-                    raise _Misfit(f"its {where} is {_kind(value)}, not a step count")
-            elif value is not None or key != "momentum_buffer":
-                _tensor(where, value, param.shape)
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _check_schedule(saved: Any, schedule: Any, step: int) -> None:
     """The schedule's fields those of the run's, of their kinds, at ``step``."""
     ref = schedule.state_dict()
     if not isinstance(saved, dict):
-        raise _Misfit(f"its schedule is {_kind(saved)}, not a schedule's state dict")
+        raise _Misfit(f"its schedule is {describe(saved)}, not a schedule's state dict")
     missing, extra = sorted(set(ref) - set(saved)), sorted(set(saved) - set(ref), key=str)
     if missing or extra:
         raise _Misfit(
@@ -233,7 +107,7 @@ def _check_schedule(saved: Any, schedule: Any, step: int) -> None:
             + (f"lacks {', '.join(missing)}" if missing else f"has {', '.join(map(str, extra))}")
             + ", unlike the run's (LambdaLR)"
         )
-    _like("schedule", saved, ref)
+    check_like("schedule", saved, ref)
     if saved["last_epoch"] != step:
         raise _Misfit(f"its schedule is at step {saved['last_epoch']!r}, the checkpoint at {step}")
 
@@ -294,10 +168,10 @@ def _check_diloco_state(rank: int, state: Any, cfg: TrainConfig, model: nn.Modul
             f"its {what} counts {state['inner_steps']} inner steps, the checkpoint {step}"
         )
     _check_exchange(f"{what}'s exchange", rank, state["exchange"], cfg, model)
-    _check_optimizer(f"{what}'s outer optimizer", state["outer_optimizer"], outer)
+    check_optimizer(f"{what}'s outer optimizer", state["outer_optimizer"], outer)
     inner = make_optimizer(cfg, model)
     make_schedule(cfg, inner, 1)  # (the schedule's initial_lr in the groups)
-    _check_optimizer(f"{what}'s inner optimizer", state["inner_optimizer"], inner)
+    check_optimizer(f"{what}'s inner optimizer", state["inner_optimizer"], inner)
 
 
 def _check_alike(states: list[dict[str, Any]]) -> None:
@@ -335,18 +209,18 @@ def _bitwise(a: Any, b: Any) -> bool:
 def _check_records(ckpt: dict[str, Any], workers: int) -> None:
     """The clocks, the wire bytes and the evaluation record."""
     for key in ("seconds", "train_seconds"):
-        if key in ckpt and not (_number(ckpt[key]) and ckpt[key] >= 0):
+        if key in ckpt and not (is_number(ckpt[key]) and ckpt[key] >= 0):
             raise _Misfit(f"its {key} is {ckpt[key]!r}, not a number of seconds")
     wire = ckpt.get("wire_bytes")
     if wire is not None:
         if not isinstance(wire, list) or len(wire) != workers:
-            raise _Misfit(f"its wire bytes are {_kind(wire)}, not one count per worker")
+            raise _Misfit(f"its wire bytes are {describe(wire)}, not one count per worker")
         for rank, n in enumerate(wire):
-            _count(f"wire bytes of rank {rank}", n)
+            check_count(f"wire bytes of rank {rank}", n)
     evaluation = ckpt.get("evaluation")
     if evaluation is not None:
         for key in ("loss", "accuracy"):
-            if not _number(evaluation.get(key)):
+            if not is_number(evaluation.get(key)):
                 raise _Misfit(f"its evaluation record's {key} is {evaluation.get(key)!r}")
         try:
             json.dumps(evaluation)

@@ -114,3 +114,58 @@ def refusals(rank: int, world: int) -> list[str]:
         said.append(str(exc))
     dist.barrier()
     return said
+
+
+def _same(a, b) -> bool:
+    """Nested dicts, lists and tensors equal, tensors bit for bit."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def refused_loads(rank: int, world: int) -> list[tuple[str, bool]]:
+    """Forged states loaded into a DiLoCo that has trained: each refusal's line, and whether
+    the DiLoCo (its state and its model) is bitwise as it was after it."""
+    net = model()
+    inner = torch.optim.AdamW(net.parameters(), lr=1e-2)
+    outer = DiLoCo(net, inner, 2)
+    for step in range(4):
+        x, y = batch(step, rank)
+        inner.zero_grad()
+        nn.functional.cross_entropy(net(x), y).backward()
+        inner.step()
+        outer.step()
+    good = copy.deepcopy(outer.state_dict())
+    params = _params(net)
+    sgd = torch.optim.SGD(model().parameters(), lr=0.1, momentum=0.9)
+    for p in sgd.param_groups[0]["params"]:
+        p.grad = torch.ones_like(p)
+    sgd.step()
+
+    def forged(change):
+        state = copy.deepcopy(good)
+        change(state)
+        return state
+
+    cases = [
+        lambda s: s["outer_optimizer"]["state"][0].update(momentum_buffer=torch.zeros(3)),
+        lambda s: s.update(pending=[a.clone() for a in s["anchor"]]),
+        lambda s: s.update(inner_optimizer=sgd.state_dict()),
+        lambda s: s.update(inner_optimizer={"state": {0: "garbage"}, "param_groups": []}),
+        lambda s: s.update(inner_steps=-1),
+        lambda s: s["outer_optimizer"]["param_groups"][0].update(lr=123.0),
+        lambda s: s["exchange"].update(rank=1 - rank),
+    ]
+    said = []
+    for change in cases:
+        try:
+            outer.load_state_dict(forged(change))
+            said.append(("accepted", False))
+        except ValueError as exc:
+            unchanged = _same(outer.state_dict(), good) and _same(_params(net), params)
+            said.append((str(exc), unchanged))
+    return said

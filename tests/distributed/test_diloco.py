@@ -126,6 +126,22 @@ def test_overlap_recovers_from_one_non_finite_pseudo_gradient():
     assert _bitwise_equal(ranks[0]["final"], ranks[1]["final"])
 
 
+def test_a_state_that_does_not_fit_is_refused_before_anything_changes():
+    """Each forged part refused in one line naming it, and the DiLoCo — its anchor, its
+    optimizers, its exchange, its counts, its model — bitwise as it was (an outer momentum of
+    another shape was taken, an inner optimizer of another kind failed half loaded)."""
+    for said in run(w.refused_loads, 2):
+        for line, unchanged in said:
+            assert "\n" not in line and line != "accepted" and unchanged, line
+        lines = [line for line, _ in said]
+        assert "outer optimizer's momentum_buffer of parameter 0 is a [3] float32" in lines[0]
+        assert "holds an outer exchange in flight (pending)" in lines[1]
+        assert "inner optimizer" in lines[2] and "inner optimizer" in lines[3]
+        assert "its 'inner_steps' is -1, not a whole number >= 0" in lines[4]
+        assert "outer optimizer has lr=123.0, this run lr=0.7" in lines[5]
+        assert "belongs to rank" in lines[6]
+
+
 def test_bad_input_is_one_line():
     said = run(w.refusals, 2)
     for lines in said:
