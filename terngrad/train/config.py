@@ -255,7 +255,7 @@ class TrainConfig:
                 if not value:
                     continue
                 if self.local_steps == "auto":
-                    if name != "steps" and value < AUTO_PROBE_STEPS:
+                    if value < AUTO_PROBE_STEPS:  # (fewer steps: none would be kept)
                         fail(
                             f"local-steps auto chooses H at inner step {AUTO_PROBE_STEPS}: "
                             f"{flag} must be at least {AUTO_PROBE_STEPS}, got {value}"

@@ -28,5 +28,6 @@ def test_a_late_rank_fails_the_other_within_the_default_groups_timeout(how):
     assert waiting["timeout"] == 3.0
     assert waiting["message"] != "no error"
     assert 2.5 < waiting["seconds"] < 5.5, waiting
-    if how == "register":
-        assert "every collective waits at most 3 s" in waiting["message"]
+    # one line, the hook's and DiLoCo's Synchronizer alike (it used to be gloo's raw one)
+    assert "the gradient exchange failed" in waiting["message"]
+    assert "every collective waits at most 3 s" in waiting["message"]

@@ -86,6 +86,10 @@ def test_local_steps_whose_outer_steps_keep_failing_stop_in_one_line(tmp_path, c
             ["--steps", "4", "--local-steps", "auto", "--eval-every", "2"],
             "local-steps auto chooses H at inner step 4: eval-every must be at least 4, got 2",
         ),
+        (  # fewer steps than the probe: H never chosen, every step thrown away
+            ["--steps", "3", "--local-steps", "auto"],
+            "local-steps auto chooses H at inner step 4: steps must be at least 4, got 3",
+        ),
         (
             ["--steps", "4", "--local-steps", "1", "--outer-overlap"],
             "outer-overlap overlaps the outer exchange of local steps: give --local-steps",

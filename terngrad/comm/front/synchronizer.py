@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from terngrad.comm.errors import explain
 from terngrad.comm.rank.plans import last_layer_names
 from terngrad.comm.rank.reducer import Reducer
 from terngrad.comm.rank.stats import Stats, Timing
@@ -98,15 +99,24 @@ class Synchronizer:
         """Average ``tensors`` (one per parameter, in :attr:`params` order, each of its shape)
         over the ranks, in place, as one step of the exchange: the gradients for :meth:`step`,
         the pseudo-gradients of an outer step (:class:`terngrad.diloco.DiLoCo`). Returns True
-        if some rank's values were not finite: then every tensor is zero on every rank."""
+        if some rank's values were not finite: then every tensor is zero on every rank. A
+        collective that times out or loses its peer raises
+        :class:`~terngrad.comm.errors.CollectiveFailed` in one line, as the hook's does."""
         start = 0
-        for bucket in self.buckets:
-            mine = tensors[start : start + len(bucket)]
-            start += len(bucket)
-            flat = torch.cat([t.reshape(-1) for t in mine])
-            self.reducer.reduce_bucket(flat, bucket)
-            for t, part in zip(mine, flat.split([t.numel() for t in mine]), strict=True):
-                t.copy_(part.view_as(t))
+        try:
+            for bucket in self.buckets:
+                mine = tensors[start : start + len(bucket)]
+                start += len(bucket)
+                flat = torch.cat([t.reshape(-1) for t in mine])
+                self.reducer.reduce_bucket(flat, bucket)
+                for t, part in zip(mine, flat.split([t.numel() for t in mine]), strict=True):
+                    t.copy_(part.view_as(t))
+        except BaseException as exc:
+            self.reducer.abandon_step()
+            failed = explain(exc, self.reducer.link.rank, self.reducer.timeout)
+            if failed is exc:
+                raise
+            raise failed from exc
         self.reducer.finish_step()
         if self.reducer.last_step_skipped:  # a later bucket found it: zero the earlier ones too
             for t in tensors:
