@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from terngrad.comm.errors import CollectiveFailed
 from terngrad.comm.front.synchronizer import Synchronizer
 from terngrad.comm.rank.agreement import differing_ranks
 from terngrad.comm.spec.options import Options
@@ -218,14 +219,16 @@ class DiLoCo:
         deltas = [s - p.detach() for s, p in zip(starts, self.params, strict=True)]
         self.outer_steps += 1
         if not self.overlap:
-            self._outer_update(deltas, self.exchange.average(deltas))
+            with self._named_outer_step():
+                self._outer_update(deltas, self.exchange.average(deltas))
             for p, a in zip(self.params, self.anchor, strict=True):
                 p.copy_(a)
             self._average_buffers()
             return True
         assert self._in_flight is not None
         if self._in_flight.pending:  # Δ_{k-1}, averaged while the last H steps ran
-            landed, skipped = self._in_flight.land()
+            with self._named_outer_step():
+                landed, skipped = self._in_flight.land()
             self._outer_update(landed, skipped)
             if skipped:  # a rank's Δ_{k-1} was not finite, and this window started from it
                 self._restart_from_anchor()
@@ -269,6 +272,15 @@ class DiLoCo:
         for a, d in zip(self.anchor, deltas, strict=True):
             a.grad = d
         self.outer_optimizer.step()
+
+    @contextlib.contextmanager
+    def _named_outer_step(self) -> Iterator[None]:
+        """A failed collective (:class:`~terngrad.comm.errors.CollectiveFailed`) names the
+        outer step it failed in."""
+        try:
+            yield
+        except CollectiveFailed as exc:
+            raise CollectiveFailed(f"{exc} (outer step {self.outer_steps})") from exc
 
     def _restart_from_anchor(self) -> None:
         """Overlap, after a skipped outer step: each replica restarted from ``anchor − Δ_r``

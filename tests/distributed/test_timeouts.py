@@ -20,7 +20,7 @@ def test_every_path_takes_the_default_groups_timeout_and_says_so():
         assert out["fsdp"] == (3.0, 3.0)
 
 
-@pytest.mark.parametrize("how", ["register", "synchronizer"])
+@pytest.mark.parametrize("how", ["register", "synchronizer", "diloco"])
 def test_a_late_rank_fails_the_other_within_the_default_groups_timeout(how):
     # rank 1 is 7 s late; the default group waits 3 s: rank 0 fails after about 3 s (it used
     # to wait for rank 1, up to 30 minutes, and so succeed after 7 s)
@@ -31,3 +31,5 @@ def test_a_late_rank_fails_the_other_within_the_default_groups_timeout(how):
     # one line, the hook's and DiLoCo's Synchronizer alike (it used to be gloo's raw one)
     assert "the gradient exchange failed" in waiting["message"]
     assert "every collective waits at most 3 s" in waiting["message"]
+    if how == "diloco":
+        assert waiting["message"].endswith("(outer step 1)"), waiting["message"]

@@ -13,6 +13,7 @@ from torch import nn
 import terngrad.ddp
 import terngrad.fsdp
 from terngrad.comm import Synchronizer
+from terngrad.diloco import DiLoCo
 
 
 def _model() -> nn.Module:
@@ -22,19 +23,28 @@ def _model() -> nn.Module:
 
 def late_rank(rank: int, world: int, how: str, late: float) -> dict:
     """Rank 1 arrives ``late`` seconds late at the first exchange (``how``: ``register``, the
-    DDP hook; ``synchronizer``, the Synchronizer DiLoCo runs on); rank 0's wait, and what it
-    raised. The ranks meet again on a group of their own, which waits long enough."""
+    DDP hook; ``synchronizer``, the Synchronizer DiLoCo runs on; ``diloco``, DiLoCo itself);
+    rank 0's wait, and what it raised. The ranks meet again on a group of their own, which
+    waits long enough."""
     after = dist.new_group(timeout=datetime.timedelta(seconds=60))
     model = _model()
     if how == "register":
         ddp = nn.parallel.DistributedDataParallel(model)
         state = terngrad.ddp.register(ddp)
         step = lambda: ddp(torch.randn(8, 32)).square().mean().backward()  # noqa: E731
-    else:
+    elif how == "synchronizer":
         state = Synchronizer(model)
 
         def step():
             model(torch.randn(8, 32)).square().mean().backward()
+            state.step()
+    else:  # DiLoCo, an outer step every inner step
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        state = DiLoCo(model, optimizer, 1)
+
+        def step():
+            model(torch.randn(8, 32)).square().mean().backward()
+            optimizer.step()
             state.step()
 
     if rank == 1:
@@ -51,6 +61,8 @@ def late_rank(rank: int, world: int, how: str, late: float) -> dict:
 
 
 def _options(state):
+    if isinstance(state, DiLoCo):
+        return state.exchange.reducer.options
     return state.reducer.options if isinstance(state, Synchronizer) else state.options
 
 
