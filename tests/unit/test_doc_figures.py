@@ -1,4 +1,5 @@
-"""The README's measured figures, checked against the committed result files they come from.
+"""The measured figures of the README (and of docs/time-to-accuracy.md's tuned LeNet table), checked
+against the committed result files they come from.
 
 Each check reads a figure where the README states it (a table cell, or the words around it)
 and computes the same figure from ``docs/results/``: a figure that drifts from its file, or a
@@ -145,3 +146,48 @@ def test_the_trainer_defaults_figures_are_the_three_seed_means(model, words):
     compression = {round(r["compression"], 1) for r in runs}
     assert len(compression) == 1
     assert f"{compression.pop():.1f}×" in WORDS
+
+
+#: how docs/time-to-accuracy.md names PyTorch's methods
+PYTORCH_WORDS = {"fp32": "fp32", "fp16": "fp16", "powersgd": "PowerSGD r2",
+                 "powersgd-r1": "PowerSGD r1", "powersgd-r4": "PowerSGD r4"}  # fmt: skip
+
+
+def _fastest(link: str, pytorch: bool) -> tuple[str, float]:
+    """The fastest of PyTorch's methods (or of terngrad's) on ``link`` that every seed took to
+    the target: its name and mean seconds."""
+    done = {
+        name: m["seconds_to_target"]
+        for name, m in _point(link).items()
+        if (name in PYTORCH) == pytorch
+        and m["seconds_to_target"] is not None
+        and m["reached_runs"] == len(m["seeds"])
+    }
+    name = min(done, key=done.get)
+    return name, done[name]
+
+
+def test_the_tuned_lenet_table_of_time_to_accuracy_md_is_the_sweeps():
+    """docs/time-to-accuracy.md's table of the tuned LeNet race: per link the fastest of
+    PyTorch's and of terngrad's methods, the lead, and terngrad's time over its fastest on the
+    unlimited link."""
+    page = (ROOT / "docs" / "time-to-accuracy.md").read_text()
+    heading = "| link | fastest of PyTorch's (fp32, fp16, PowerSGD at rank 1, 2 or 4) |"
+    lines = page[page.index(heading) :].splitlines()
+    rows = {}
+    for line in lines[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        rows[cells[0]] = cells[1:]
+    assert list(rows) == list(LINKS)
+    _, unlimited = _fastest("unlimited", pytorch=False)
+    for words, link in LINKS.items():
+        theirs, their_s = _fastest(link, pytorch=True)
+        ours, our_s = _fastest(link, pytorch=False)
+        assert rows[words] == [
+            f"{PYTORCH_WORDS[theirs]} {their_s:.0f} s",
+            f"`{ours}` {our_s:.0f} s",
+            _ratio(their_s / our_s),
+            _ratio(our_s / unlimited),
+        ], words
