@@ -116,14 +116,14 @@ def refusals(rank: int, world: int) -> list[str]:
     return said
 
 
-def _same(a, b) -> bool:
+def same(a, b) -> bool:
     """Nested dicts, lists and tensors equal, tensors bit for bit."""
     if isinstance(a, torch.Tensor):
         return isinstance(b, torch.Tensor) and torch.equal(a, b)
     if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, list | tuple):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     return a == b
 
 
@@ -166,6 +166,6 @@ def refused_loads(rank: int, world: int) -> list[tuple[str, bool]]:
             outer.load_state_dict(forged(change))
             said.append(("accepted", False))
         except ValueError as exc:
-            unchanged = _same(outer.state_dict(), good) and _same(_params(net), params)
+            unchanged = same(outer.state_dict(), good) and same(_params(net), params)
             said.append((str(exc), unchanged))
     return said

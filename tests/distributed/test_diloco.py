@@ -34,18 +34,7 @@ def test_replicas_restart_from_one_anchor_at_every_outer_step(ternary):
     for r in ranks[1:]:
         assert all(torch.equal(a, b) for a, b in zip(ranks[0]["anchor"], r["anchor"], strict=True))
         # what a checkpoint takes from rank 0 alone is every rank's, bit for bit
-        assert _bitwise_equal(ranks[0]["replicated"], r["replicated"])
-
-
-def _bitwise_equal(a, b) -> bool:
-    """Nested dicts, lists and tensors equal, tensors bit for bit."""
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and torch.equal(a, b)
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_bitwise_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple):
-        return len(a) == len(b) and all(_bitwise_equal(x, y) for x, y in zip(a, b, strict=True))
-    return a == b
+        assert w.same(ranks[0]["replicated"], r["replicated"])
 
 
 def test_the_outer_step_is_nesterov_sgd_on_the_mean_pseudo_gradient():
@@ -123,7 +112,7 @@ def test_overlap_recovers_from_one_non_finite_pseudo_gradient():
         assert all(torch.isfinite(p).all() for p in out["final"])
         last, before = out["anchors"][-1], out["anchors"][-2]
         assert not all(torch.equal(a, b) for a, b in zip(last, before, strict=True))  # it learns
-    assert _bitwise_equal(ranks[0]["final"], ranks[1]["final"])
+    assert w.same(ranks[0]["final"], ranks[1]["final"])
 
 
 def test_a_state_that_does_not_fit_is_refused_before_anything_changes():
@@ -178,7 +167,7 @@ def test_a_method_runs_its_own_local_steps_and_exchange(ternary):
         ranks = run(w.train, world, STEPS, h, settings)
         for mine, theirs in zip(ranks, straight, strict=True):
             assert mine["local_steps"] == H
-            assert _bitwise_equal(mine["params"], theirs["params"])
+            assert w.same(mine["params"], theirs["params"])
             assert mine["bytes"] == theirs["bytes"]
 
 
