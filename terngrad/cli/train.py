@@ -5,7 +5,7 @@ and :class:`~terngrad.comm.Options` (:mod:`terngrad.cli.flags`)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from terngrad.cli.flags import (
     add_exchange_flags,
@@ -16,6 +16,9 @@ from terngrad.cli.flags import (
     positive_int,
     spelling,
 )
+
+if TYPE_CHECKING:  # (the commands import the training layer when they run)
+    from terngrad.train.config import TrainConfig
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -71,7 +74,7 @@ def config(args: argparse.Namespace, **fixed: Any):
     return _outer_read(cfg, settings)
 
 
-def _outer_read(cfg, settings: dict[str, Any]):
+def _outer_read(cfg: TrainConfig, settings: dict[str, Any]) -> TrainConfig:
     """``cfg``, unless a setting of the outer step was given for a run without local steps,
     which would record it and never read it: refused in one line."""
     if cfg.local_steps == 1:

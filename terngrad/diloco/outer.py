@@ -246,8 +246,10 @@ class DiLoCo:
         on it). A no-op when no exchange is in flight."""
         if self._in_flight is None or not self._in_flight.pending:
             return
+        with self._named_outer_step():
+            landed, skipped = self._in_flight.land()
         with torch.no_grad():
-            self._outer_update(*self._in_flight.land())
+            self._outer_update(landed, skipped)
             starts = self._starts or self.anchor
             self._starts = None
             for p, a, s in zip(self.params, self.anchor, starts, strict=True):
@@ -300,7 +302,7 @@ class DiLoCo:
         count them twice); the next pseudo-gradient is taken from there. A ``Δ_r`` that is not
         finite (the exchange will skip this outer step on every rank) is not kept: this replica
         restarts from the bare anchor, so that no NaN reaches its next steps."""
-        finite = all(bool(torch.isfinite(d).all()) for d in sent)
+        finite = bool(torch.stack([torch.isfinite(d).all() for d in sent]).all())  # one sync
         for p, a, d in zip(self.params, self.anchor, sent, strict=True):
             p.copy_(a - d if finite else a)
         self._starts = [p.detach().clone() for p in self.params]
@@ -313,7 +315,8 @@ class DiLoCo:
         for key, optimizer in (("outer_optimizer", self.outer_optimizer),
                                ("inner_optimizer", self.inner_optimizer)):  # fmt: skip
             try:
-                check_optimizer(key.replace("_", " "), state[key], on_meta(optimizer))
+                check_optimizer(key.replace("_", " "), state[key], on_meta(optimizer),
+                                any_device=True)  # fmt: skip
             except ValueError as exc:
                 raise ValueError(f"this {KIND}: {exc}") from None
 

@@ -35,6 +35,7 @@ from terngrad.train import models
 from terngrad.train.checkpoints import Unusable
 from terngrad.train.config import TrainConfig
 from terngrad.train.setup import load_data, make_optimizer, make_schedule
+from terngrad.util.differences import same
 from terngrad.util.state_kinds import (
     check_count,
     check_generator,
@@ -183,24 +184,12 @@ def _check_alike(states: list[dict[str, Any]]) -> None:
         if len(set(counts)) > 1:
             raise _Misfit(f"its local-steps states count {key} {counts} on ranks 0.., not alike")
     for key in REPLICATED_STATE:
-        differ = [rank for rank, s in enumerate(states) if not _bitwise(s[key], states[0][key])]
+        differ = [rank for rank, s in enumerate(states) if not same(s[key], states[0][key])]
         if differ:
             raise _Misfit(
                 f"its local-steps state of rank {differ[0]} holds another {key} than rank 0's: "
                 "every rank's is the same, bit for bit"
             )
-
-
-def _bitwise(a: Any, b: Any) -> bool:
-    """Nested dicts, lists and tensors equal, tensors bit for bit."""
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_bitwise(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple):
-        return (isinstance(b, list | tuple) and len(a) == len(b)
-                and all(_bitwise(x, y) for x, y in zip(a, b, strict=True)))  # fmt: skip
-    return a == b
 
 
 # --------------------------------------------------------------------------- the records

@@ -7,9 +7,18 @@ import math
 from collections.abc import Collection, Mapping
 from typing import Any
 
+import torch
+
 
 def same(a: Any, b: Any) -> bool:
-    """``a == b``, with NaN equal to NaN (a setting of NaN is the same setting everywhere)."""
+    """``a == b``, with NaN equal to NaN (a setting of NaN is the same setting everywhere),
+    through mappings and sequences; tensors bit for bit (dtype, shape and every byte)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (
+            isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+            and a.dtype == b.dtype and a.shape == b.shape
+            and torch.equal(_bytes(a), _bytes(b))
+        )  # fmt: skip
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
     if isinstance(a, Mapping) and isinstance(b, Mapping):
@@ -17,6 +26,11 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     return a == b
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s bytes, flat (so that a NaN equals the same NaN)."""
+    return t.detach().reshape(-1).contiguous().view(torch.uint8)
 
 
 def differences(

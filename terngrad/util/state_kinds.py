@@ -33,13 +33,14 @@ def shape_words(shape: torch.Size) -> str:
 
 
 def check_tensor(what: str, value: Any, shape: torch.Size | None, floating: bool = True,
-            numel: int | None = None) -> None:  # fmt: skip
-    """``value`` is a dense CPU tensor of ``shape`` (or of ``numel`` elements), of a floating
-    dtype if ``floating`` (else an integer one)."""
+                 numel: int | None = None, any_device: bool = False) -> None:  # fmt: skip
+    """``value`` is a dense tensor of ``shape`` (or of ``numel`` elements), of a floating dtype
+    if ``floating`` (else an integer one), on the CPU unless ``any_device`` (a checkpoint the
+    launcher read is on the CPU; a state loaded into a live object is moved as it loads)."""
     fits = (
         isinstance(value, torch.Tensor)
         and value.layout == torch.strided
-        and value.device.type == "cpu"
+        and (any_device or value.device.type == "cpu")
         and not value.is_complex()
         and value.is_floating_point() == floating
         and (shape is None or value.shape == shape)
@@ -112,9 +113,11 @@ def check_generator(what: str, state: Any, size: torch.Size) -> None:
     check_tensor(what, state, size, floating=False)
 
 
-def check_optimizer(what: str, saved: Any, optimizer: torch.optim.Optimizer) -> None:
+def check_optimizer(what: str, saved: Any, optimizer: torch.optim.Optimizer,
+                    any_device: bool = False) -> None:  # fmt: skip
     """``saved`` loads into ``optimizer`` (built on meta parameters) as torch loads it, each
-    hyperparameter of the run's kind, each buffer of its parameter's shape."""
+    hyperparameter of the run's kind, each buffer of its parameter's shape (on the CPU unless
+    ``any_device``)."""
     groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
     if not isinstance(saved, dict) or not isinstance(saved.get("state"), dict):
         raise ValueError(f"its {what} is not an optimizer's state dict")
@@ -143,7 +146,7 @@ def check_optimizer(what: str, saved: Any, optimizer: torch.optim.Optimizer) -> 
                                            and not value.is_complex())):  # fmt: skip
                     raise ValueError(f"its {where} is {describe(value)}, not a step count")
             elif value is not None or key != "momentum_buffer":
-                check_tensor(where, value, param.shape)
+                check_tensor(where, value, param.shape, any_device=any_device)
 
 
 def is_number(value: Any) -> bool:

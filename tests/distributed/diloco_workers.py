@@ -11,6 +11,7 @@ from torch import nn
 
 from terngrad.diloco import DiLoCo
 from terngrad.diloco.state import REPLICATED_STATE
+from terngrad.util.differences import same
 
 
 def model() -> nn.Module:
@@ -114,17 +115,6 @@ def refusals(rank: int, world: int) -> list[str]:
         said.append(str(exc))
     dist.barrier()
     return said
-
-
-def same(a, b) -> bool:
-    """Nested dicts, lists and tensors equal, tensors bit for bit."""
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and torch.equal(a, b)
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
-    return a == b
 
 
 def refused_loads(rank: int, world: int) -> list[tuple[str, bool]]:

@@ -8,6 +8,8 @@ import pytest
 import torch
 from ranks import run
 
+from terngrad.util.differences import same
+
 STEPS, H = 12, 4
 
 
@@ -25,16 +27,12 @@ def test_replicas_restart_from_one_anchor_at_every_outer_step(ternary):
         assert out["stats"].skipped_outer_steps == 0
     for step in range(STEPS):
         first = ranks[0]["params"][step]
-        same = all(
-            torch.equal(a, b)
-            for r in ranks[1:]
-            for a, b in zip(first, r["params"][step], strict=True)
-        )
-        assert same == ((step + 1) % H == 0), step  # equal after an outer step only
+        alike = all(same(first, r["params"][step]) for r in ranks[1:])
+        assert alike == ((step + 1) % H == 0), step  # equal after an outer step only
     for r in ranks[1:]:
-        assert all(torch.equal(a, b) for a, b in zip(ranks[0]["anchor"], r["anchor"], strict=True))
+        assert same(ranks[0]["anchor"], r["anchor"])
         # what a checkpoint takes from rank 0 alone is every rank's, bit for bit
-        assert w.same(ranks[0]["replicated"], r["replicated"])
+        assert same(ranks[0]["replicated"], r["replicated"])
 
 
 def test_the_outer_step_is_nesterov_sgd_on_the_mean_pseudo_gradient():
@@ -112,7 +110,7 @@ def test_overlap_recovers_from_one_non_finite_pseudo_gradient():
         assert all(torch.isfinite(p).all() for p in out["final"])
         last, before = out["anchors"][-1], out["anchors"][-2]
         assert not all(torch.equal(a, b) for a, b in zip(last, before, strict=True))  # it learns
-    assert w.same(ranks[0]["final"], ranks[1]["final"])
+    assert same(ranks[0]["final"], ranks[1]["final"])
 
 
 def test_a_state_that_does_not_fit_is_refused_before_anything_changes():
@@ -167,7 +165,7 @@ def test_a_method_runs_its_own_local_steps_and_exchange(ternary):
         ranks = run(w.train, world, STEPS, h, settings)
         for mine, theirs in zip(ranks, straight, strict=True):
             assert mine["local_steps"] == H
-            assert w.same(mine["params"], theirs["params"])
+            assert same(mine["params"], theirs["params"])
             assert mine["bytes"] == theirs["bytes"]
 
 
