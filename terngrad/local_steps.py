@@ -124,6 +124,25 @@ def local_steps_of(
     return m.local_steps, m.outer_overlap
 
 
+def replicas_apart(inner_steps: int, local_steps: int | str) -> str:
+    """What training that ended between two outer steps (``inner_steps`` not a multiple of
+    ``local_steps``, or ``"auto"`` before it chose) says: the replicas differ."""
+    n = inner_steps
+    if local_steps == "auto":
+        return (
+            f"terngrad: training ended at inner step {n}, before local_steps='auto' chose H (at "
+            f"inner step {AUTO_PROBE_STEPS}): each rank's replica holds its own {n} steps and "
+            f"they differ; train at least {AUTO_PROBE_STEPS} steps, or give H"
+        )
+    since = n % int(local_steps)
+    return (
+        f"terngrad: training ended at inner step {n}, {since} steps after the last outer step "
+        f"(local_steps {local_steps}): each rank's replica holds its own last {since} steps and "
+        f"they differ (rank 0's checkpoint holds its own); end after a multiple of "
+        f"{local_steps} steps (max_steps), or use local_steps=1"
+    )
+
+
 def _auto_choices(choices: Sequence[int] | None) -> list[int]:
     """The values ``local_steps="auto"`` may take, sorted; one line for a bad list."""
     if choices is None:

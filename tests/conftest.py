@@ -21,7 +21,8 @@ def _compiled_kernels(request, tmp_path_factory):
     the parallel build this process runs, and the serial one of the one-thread ranks that the
     distributed and end-to-end tiers start (not needed by the unit tier alone). Each build under
     its own file lock: with pytest-xdist's two workers, each compiles one build while the other
-    compiles the other, then loads that one from numba's on-disk cache."""
+    compiles the other, then loads that one from numba's on-disk cache. Then (those tiers) the
+    fork server every rank is forked from."""
     from terngrad.kernels import warm_up
 
     tiers = {m.name for item in request.session.items for m in item.iter_markers()}
@@ -32,6 +33,21 @@ def _compiled_kernels(request, tmp_path_factory):
         with open(shared / f"numba-warm-up-{threads}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             warm_up(levels=True, threads=threads or torch.get_num_threads())
+    if builds != [None]:  # the one fork server of this process, for ranks.run and the trainer
+        _start_fork_server()
+
+
+def _start_fork_server():
+    """Start this process's fork server now, with everything that any test's ranks or
+    trainer workers import (``ranks.PRELOAD``): whichever of them came first would otherwise
+    start it with its own list, and the others' processes would import the rest each."""
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    from ranks import PRELOAD
+
+    multiprocessing.set_forkserver_preload(PRELOAD)
+    forkserver.ensure_running()
 
 
 @pytest.fixture(autouse=True)

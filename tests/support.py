@@ -104,13 +104,19 @@ def _ended(pid: int) -> bool:
     ``os._exit`` shows its main thread a zombie while the others still tear down its memory,
     its files, the run folder's lock among them, still open)."""
     try:
-        states = [
-            Path(task, "stat").read_text().rsplit(")", 1)[1].split()[0]
-            for task in Path(f"/proc/{pid}/task").iterdir()
-        ]
-    except (FileNotFoundError, ProcessLookupError):  # reaped between listing and reading
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except (FileNotFoundError, ProcessLookupError):  # the process is reaped
         return True
-    return all(state in ("Z", "X") for state in states)
+    for task in tasks:
+        try:
+            state = Path(task, "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            # this thread is released, not the process: its leader (a zombie until the
+            # process is reaped) and the other threads say whether the process has ended
+            continue
+        if state not in ("Z", "X"):
+            return False
+    return True
 
 
 def gone(pid: int, seconds: float = 10) -> bool:

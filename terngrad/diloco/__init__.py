@@ -4,7 +4,8 @@ whose outer gradients go through terngrad's exchanges.
 The rooms: :mod:`~terngrad.diloco.outer` (the class and its outer step),
 :mod:`~terngrad.diloco.overlap` (the outer exchange in flight), :mod:`~terngrad.diloco.auto`
 (``H`` measured and chosen), :mod:`~terngrad.diloco.state` (a saved state and its one check),
-:mod:`~terngrad.diloco.model` (the model and inner optimizer it serves);
+:mod:`~terngrad.diloco.model` (the model and inner optimizer it serves),
+:mod:`~terngrad.diloco.stats` (what it did: steps and bytes);
 the settings and their defaults: :mod:`terngrad.local_steps`.
 
 >>> outer = terngrad.diloco.DiLoCo(model, inner_optimizer, local_steps=16)
@@ -55,7 +56,8 @@ TernGrad's sharded exchange moves ~3.6 bits an element at 4 ranks once every ``H
 against DDP's 48 bits every step: at ``H = 16``, ~200x fewer bytes per inner step.
 """
 
-from terngrad.diloco.outer import DiLoCo, DiLoCoStats
+from terngrad.diloco.outer import DiLoCo
+from terngrad.diloco.stats import DiLoCoStats
 from terngrad.local_steps import AUTO_PROBE_STEPS, check_outer_settings, choose_local_steps
 
 # the public classes' home is this package (their reprs and pickles name it)

@@ -8,7 +8,6 @@ smallest allowed value with ``exchange / (H · step + exchange) ≤ max_comm_sha
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Sequence
 
@@ -30,27 +29,36 @@ class AutoLocalSteps:
     ) -> None:
         self.exchange, self.max_comm_share, self.choices = exchange, max_comm_share, choices
         self.exchange_seconds = time_exchange(exchange)
-        self._step_times: list[float] = []
+        #: the seconds of the inner steps timed so far (kept in a saved state, so that a run
+        #: restored before the choice still chooses at the same inner step)
+        self.gaps: list[float] = []
+        self._last: float | None = None
 
-    def tick(self) -> bool:
-        """Record an inner step's end; whether enough are timed to :meth:`choose`."""
-        self._step_times.append(time.perf_counter())
-        return len(self._step_times) >= AUTO_PROBE_STEPS
+    def tick(self, inner_steps: int) -> bool:
+        """Record the end of inner step ``inner_steps``; whether it is the one to
+        :meth:`choose` at (the :data:`AUTO_PROBE_STEPS`-th)."""
+        now = time.perf_counter()
+        if self._last is not None:
+            self.gaps.append(now - self._last)
+        self._last = now
+        return inner_steps >= AUTO_PROBE_STEPS
 
-    def restart(self) -> None:
-        """Forget the steps timed so far (a run restored from a checkpoint)."""
-        self._step_times = []
+    def restore(self, gaps: Sequence[float]) -> None:
+        """Go on from a saved state's ``gaps`` (a restored run: the next step is not timed
+        from the last one before the save)."""
+        self.gaps, self._last = [float(g) for g in gaps], None
 
     def choose(self) -> dict[str, float]:
         """``H`` from the inner steps timed so far and the probe exchange, both agreed over
         the ranks as their maximum (one 16-byte all-reduce): what was measured and chosen
-        (``"local_steps"``)."""
-        gaps = [b - a for a, b in itertools.pairwise(self._step_times)]
+        (``"local_steps"``). At least one step is timed: from :data:`AUTO_PROBE_STEPS` ticks,
+        or from those a restore kept and the ticks after it."""
+        gaps = self.gaps
         measured = torch.tensor([sum(gaps) / len(gaps), self.exchange_seconds],
                                 dtype=torch.float64)  # fmt: skip
         dist.all_reduce(measured, op=dist.ReduceOp.MAX, group=self.exchange.reducer.link.group)
         step_s, exchange_s = measured.tolist()
         local_steps = choose_local_steps(step_s, exchange_s, self.max_comm_share, self.choices)
-        self._step_times = []
+        self.gaps, self._last = [], None
         return {"inner_step_seconds": step_s, "exchange_seconds": exchange_s,
                 "max_comm_share": self.max_comm_share, "local_steps": local_steps}  # fmt: skip

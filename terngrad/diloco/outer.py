@@ -4,8 +4,8 @@ two ways past the plain form: :mod:`terngrad.diloco`)."""
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,6 +20,7 @@ from terngrad.diloco.auto import AutoLocalSteps
 from terngrad.diloco.model import check_owner, local_gradients, plain_module
 from terngrad.diloco.overlap import InFlight
 from terngrad.diloco.state import KIND, STATE_FORMAT, check_state
+from terngrad.diloco.stats import DiLoCoStats
 from terngrad.local_steps import (
     LOCAL_STEPS,
     MAX_COMM_SHARE,
@@ -28,43 +29,12 @@ from terngrad.local_steps import (
     check_outer_settings,
     local_steps_of,
     outer_sgd,
+    replicas_apart,
 )
 from terngrad.quantize import Quantizer
 from terngrad.util.state_kinds import check_optimizer, on_meta
 
 __all__ = ["DiLoCo", "DiLoCoStats"]
-
-
-@dataclass(frozen=True)
-class DiLoCoStats:
-    """What one rank's local steps did: inner and outer steps, outer steps skipped for a
-    non-finite pseudo-gradient, and the bytes and messages of the outer exchanges (as the
-    exchange counts them), per inner step too."""
-
-    inner_steps: int
-    outer_steps: int
-    skipped_outer_steps: int
-    bytes_sent: int
-    bytes_received: int
-    messages_sent: int
-    #: ``H`` in force (``"auto"`` until chosen)
-    local_steps: int | str = 1
-
-    @property
-    def bytes_sent_per_step(self) -> float:
-        """Bytes sent per inner step: comparable to the DDP hook's per step."""
-        return self.bytes_sent / self.inner_steps if self.inner_steps else 0.0
-
-    @property
-    def steps(self) -> int:
-        """The inner steps (as the hook's ``Stats.steps``: the steps the bytes are spread on)."""
-        return self.inner_steps
-
-    @property
-    def skipped_steps(self) -> int:
-        """The steps whose update was dropped: the outer steps skipped (as the hook's
-        ``Stats.skipped_steps``, for reports that read either)."""
-        return self.skipped_outer_steps
 
 
 class DiLoCo:
@@ -163,7 +133,8 @@ class DiLoCo:
 
     @property
     def stats(self) -> DiLoCoStats:
-        s = self.exchange.stats
+        flight = self._in_flight
+        s = flight.stats_before if flight is not None and flight.pending else self.exchange.stats
         return DiLoCoStats(
             self.inner_steps, self.outer_steps, self.skipped_outer_steps, s.bytes_sent,
             s.bytes_received, s.messages_sent, self.local_steps,
@@ -209,7 +180,7 @@ class DiLoCo:
         self.inner_steps += 1
         if self.local_steps == "auto":
             assert self._chooser is not None
-            if not self._chooser.tick():
+            if not self._chooser.tick(self.inner_steps):
                 return False
             self.auto = self._chooser.choose()
             self.local_steps = int(self.auto["local_steps"])
@@ -220,7 +191,8 @@ class DiLoCo:
         self.outer_steps += 1
         if not self.overlap:
             with self._named_outer_step():
-                self._outer_update(deltas, self.exchange.average(deltas))
+                skipped = self.exchange.average(deltas, warn=False)
+            self._outer_update(deltas, skipped, self.inner_steps)
             for p, a in zip(self.params, self.anchor, strict=True):
                 p.copy_(a)
             self._average_buffers()
@@ -229,7 +201,7 @@ class DiLoCo:
         if self._in_flight.pending:  # Δ_{k-1}, averaged while the last H steps ran
             with self._named_outer_step():
                 landed, skipped = self._in_flight.land()
-            self._outer_update(landed, skipped)
+            self._outer_update(landed, skipped, self.inner_steps - int(self.local_steps))
             if skipped:  # a rank's Δ_{k-1} was not finite, and this window started from it
                 self._restart_from_anchor()
                 return True
@@ -240,16 +212,25 @@ class DiLoCo:
         return True
 
     def finish(self) -> None:
-        """With ``overlap``: wait for the exchange in flight and apply its update, so that the
-        model holds every outer step (call it after the last :meth:`step`: the replicas then
-        restart from the anchor, bitwise equal, or, between outer steps, keep the steps since
-        on it). A no-op when no exchange is in flight."""
-        if self._in_flight is None or not self._in_flight.pending:
-            return
+        """Call it after the last :meth:`step`. With ``overlap``: wait for the exchange in
+        flight and apply its update, so that the model holds every outer step (the replicas
+        then restart from the anchor, bitwise equal, or, between outer steps, keep the steps
+        since on it). A ``RuntimeWarning`` if training ended between two outer steps (or before
+        ``"auto"`` chose ``H``): the replicas then differ by their own last steps."""
+        if self._in_flight is not None and self._in_flight.pending:
+            self._land_last()
+        if not self.in_sync:
+            warnings.warn(replicas_apart(self.inner_steps, self.local_steps), RuntimeWarning,
+                          stacklevel=2)  # fmt: skip
+
+    def _land_last(self) -> None:
+        """Overlap: the exchange in flight lands and its update is applied (:meth:`finish`)."""
+        assert self._in_flight is not None
         with self._named_outer_step():
             landed, skipped = self._in_flight.land()
         with torch.no_grad():
-            self._outer_update(landed, skipped)
+            h = int(self.local_steps)  # (an exchange in flight: H was chosen)
+            self._outer_update(landed, skipped, self.inner_steps // h * h)
             starts = self._starts or self.anchor
             self._starts = None
             for p, a, s in zip(self.params, self.anchor, starts, strict=True):
@@ -265,15 +246,28 @@ class DiLoCo:
         if self._in_flight is not None:
             self._in_flight.wait()
 
-    def _outer_update(self, deltas: list[torch.Tensor], skipped: bool) -> None:
+    def _outer_update(self, deltas: list[torch.Tensor], skipped: bool, taken_at: int) -> None:
         """The outer SGD steps the anchor along the averaged ``deltas`` (or, when a rank's
-        were not finite, stays: counted)."""
+        were not finite, stays: counted, and warned of naming ``taken_at``, the inner step the
+        pseudo-gradients were taken at)."""
         if skipped:
             self.skipped_outer_steps += 1
+            warnings.warn(
+                f"terngrad: the outer step of inner step {taken_at} was skipped: a rank's "
+                "pseudo-gradient was NaN or Inf; the anchor stays and every replica restarts "
+                f"from it ({self.skipped_outer_steps} skipped so far)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             return
         for a, d in zip(self.anchor, deltas, strict=True):
             a.grad = d
         self.outer_optimizer.step()
+
+    def _probe(self) -> dict[str, list[float]]:
+        """``"auto"`` before it chose: the steps timed so far, for a saved state."""
+        assert self._chooser is not None
+        return {"probe_gaps": list(self._chooser.gaps)}
 
     @contextlib.contextmanager
     def _named_outer_step(self) -> Iterator[None]:
@@ -356,7 +350,7 @@ class DiLoCo:
             "inner_optimizer": self.inner_optimizer.state_dict(),
             "overlap": self.overlap,
             "pending": [d.clone() for d in flight.sent] if pending else None,
-            "auto": self.auto,
+            "auto": self.auto if self.local_steps != "auto" else self._probe(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -381,8 +375,10 @@ class DiLoCo:
         self.outer_steps = int(state["outer_steps"])
         self.skipped_outer_steps = int(state["skipped_outer_steps"])
         self.local_steps, self.auto = saved_h, state.get("auto")
-        if self._chooser is not None:
-            self._chooser.restart()
+        if saved_h == "auto":  # (the steps timed before the save count: H chosen at the
+            assert self._chooser is not None  # same inner step as in a straight run)
+            self._chooser.restore((self.auto or {}).get("probe_gaps", []))
+            self.auto = None
         self._starts = None
         if state["pending"] is not None:
             sent = [t.clone() for t in state["pending"]]

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from terngrad.comm.front.synchronizer import Synchronizer
+from terngrad.comm.rank.stats import Stats
 from terngrad.local_steps import cloned
 
 __all__ = ["InFlight"]
@@ -33,6 +34,8 @@ class InFlight:
         self.deltas: list[torch.Tensor] = []
         self.sent: list[torch.Tensor] = []
         self.exchange_state: dict[str, Any] | None = None
+        #: the exchange's counters before it (what :attr:`DiLoCo.stats` reads while it flies)
+        self.stats_before: Stats = exchange.stats
 
     @property
     def pending(self) -> bool:
@@ -42,9 +45,11 @@ class InFlight:
     def launch(self, deltas: list[torch.Tensor], sent: list[torch.Tensor]) -> None:
         """Start averaging ``deltas`` in the background (``sent``: a copy of them)."""
         self.exchange_state = cloned(self.exchange.state_dict())
+        self.stats_before = self.exchange.stats
         self.sent, self.deltas = sent, deltas
         # grad mode is per thread: the exchange's thread runs under its own no_grad
-        self._future = self._executor.submit(torch.no_grad()(self.exchange.average), deltas)
+        average = torch.no_grad()(self.exchange.average)  # (DiLoCo warns of a skip itself)
+        self._future = self._executor.submit(average, deltas, False)
 
     def wait(self) -> None:
         """Block until the exchange in flight (if any) has arrived; it stays pending."""

@@ -43,7 +43,8 @@ def check_state(
     counts whole numbers; its anchor, and an exchange in flight (``pending``), one dense
     floating-point tensor per parameter, of ``shapes``, ``pending`` only where ``overlap`` is
     on; its step counts consistent (no more skipped outer steps than outer steps; with a fixed
-    ``H``, ``inner_steps // H`` outer steps); its ``auto`` record a dict or ``None``; with
+    ``H``, ``inner_steps // H`` outer steps); its ``auto`` record a dict or ``None`` (before
+    ``"auto"`` chose: the seconds of the steps timed so far, ``probe_gaps``); with
     ``outer`` (the outer SGD's ``lr``, ``momentum`` and ``nesterov`` the run fixes), every
     group of its outer optimizer at those. The exchange's state and the optimizers' per-parameter
     states are their owners' to check."""
@@ -94,8 +95,14 @@ def check_state(
                     f"this {KIND}'s {key} {i} has shape {tuple(t.shape)}, the parameter's "
                     f"{tuple(shape)}: saved from another model"
                 )
-    if state.get("auto") is not None and not isinstance(state["auto"], dict):
-        raise ValueError(f"this {KIND}'s auto record is a {type(state['auto']).__name__}")
+    record = state.get("auto")
+    if record is not None and not isinstance(record, dict):
+        raise ValueError(f"this {KIND}'s auto record is a {type(record).__name__}")
+    gaps = record.get("probe_gaps", []) if saved_h == "auto" and record is not None else []
+    if not isinstance(gaps, list) or not all(
+        isinstance(g, float | int) and not isinstance(g, bool) and g >= 0 for g in gaps
+    ):
+        raise ValueError(f"this {KIND}'s auto record's probe_gaps is not a list of seconds")
 
 
 def _check_outer(saved: Any, outer: Mapping[str, Any]) -> None:

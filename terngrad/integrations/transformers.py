@@ -34,8 +34,8 @@ clipping and schedule, untouched), DDP's per-step all-reduce becomes a no-op, an
 ``on_step_end`` (once per optimizer step, after accumulation) counts the inner step, every
 ``H``-th the outer step; ``on_train_end`` lands an update still in flight. Evaluate at multiples
 of ``H`` (``eval_steps``): between outer steps each rank holds its own replica; a run whose
-``max_steps`` is not a multiple of ``H`` ends with the replicas apart by its last steps (a
-warning says so when training starts).
+``max_steps`` is not a multiple of ``H`` (fixed, or as ``"auto"`` chose it) ends with the
+replicas apart by its last steps (:meth:`DiLoCo.finish` warns at ``on_train_end``).
 
 A :class:`terngrad.optim.LocalVarianceAdamW` or ``FrozenVarianceAdamW`` given to the Trainer
 (``optimizers=(opt, None)``) has its momentum exchanged by the per-step hook; the Trainer's
@@ -187,7 +187,6 @@ class TernGradCallback(TrainerCallback):
         if self.local is not None:
             optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # accelerate's
             self.state = DiLoCo(ddp, optimizer, options=self.options, **self.local)
-            _warn_unaligned(state.max_steps, self.local["local_steps"])
         else:
             self.state = accelerate.register(
                 trainer.accelerator, wrapped, options=self.options, optimizer=momentum
@@ -277,18 +276,6 @@ class TernGradCallback(TrainerCallback):
         logs.update(ours)
         if state.log_history and state.log_history[-1].get("step") == state.global_step:
             state.log_history[-1].update(ours)  # Trainer.log appended a copy before on_log
-
-
-def _warn_unaligned(max_steps: int, local_steps: int | str) -> None:
-    """Say that a run of ``max_steps`` ends between two outer steps, with the replicas apart."""
-    if isinstance(local_steps, int) and max_steps % local_steps:
-        warnings.warn(
-            f"terngrad: max_steps {max_steps} is not a multiple of local_steps {local_steps}: "
-            f"the replicas end apart by their last {max_steps % local_steps} steps (rank 0 "
-            "saves its own); choose max_steps a multiple of local_steps, or local_steps=1",
-            RuntimeWarning,
-            stacklevel=3,
-        )
 
 
 def _calling_trainer() -> Trainer:

@@ -51,12 +51,19 @@ class _Misfit(ValueError):
     """What does not fit, in words; :func:`check_fit` puts the file's name before it."""
 
 
+class _FlagsMisfit(ValueError):
+    """A sound checkpoint that this command's flags cannot go on from, as no checkpoint of
+    the run could (a setting every one of them holds): the flags are what to change."""
+
+
 def check_fit(path: Path | str, ckpt: dict[str, Any], cfg: TrainConfig) -> None:
     """``ckpt`` (read from ``path`` by :func:`~terngrad.train.checkpoints.load_run`) holds
     what every worker of ``cfg`` reads from it, of the shapes and kinds it will use;
     :class:`~terngrad.train.checkpoints.Unusable` naming the first field that does not."""
     try:
         _check(ckpt, cfg)
+    except _FlagsMisfit as exc:  # (not Unusable: an older checkpoint holds the same)
+        raise ValueError(f"{path}: {exc}") from None
     except ValueError as exc:  # (_Misfit, and the state checks of terngrad.util.state_kinds)
         raise Unusable(f"{path} does not fit this run: {exc}") from None
 
@@ -154,6 +161,7 @@ def _check_diloco_state(rank: int, state: Any, cfg: TrainConfig, model: nn.Modul
     from terngrad.train.loop import local_step_choices
 
     what = f"local-steps state of rank {rank}"
+    _check_chosen_h(state, cfg)
     params = [p for _, p in _exchanged(model)]
     with torch.device("meta"):
         anchor = [torch.empty_like(p, requires_grad=True) for p in params]
@@ -173,6 +181,26 @@ def _check_diloco_state(rank: int, state: Any, cfg: TrainConfig, model: nn.Modul
     inner = make_optimizer(cfg, model)
     make_schedule(cfg, inner, 1)  # (the schedule's initial_lr in the groups)
     check_optimizer(f"{what}'s inner optimizer", state["inner_optimizer"], inner)
+
+
+def _check_chosen_h(state: Any, cfg: TrainConfig) -> None:
+    """``--local-steps auto``: the ``H`` the run chose (every checkpoint of it holds the same)
+    divides the steps and periods this command gives, as the choice required."""
+    from terngrad.train.loop import local_step_choices
+
+    h, choices = state.get("local_steps") if isinstance(state, dict) else None, None
+    if isinstance(h, int) and not isinstance(h, bool):
+        choices = local_step_choices(cfg)
+    if choices is None or h in choices:
+        return
+    given = {"--steps": cfg.steps, "--eval-every": cfg.eval_every,
+             "--checkpoint-every": cfg.checkpoint_every}  # fmt: skip
+    named = ", ".join(f"{flag} {v}" for flag, v in given.items() if v and v % h)
+    raise _FlagsMisfit(
+        f"--local-steps auto chose H = {h} for this run (every checkpoint of it holds that H), "
+        f"and {h} does not divide {named}: give multiples of {h} (the outer steps fall every "
+        f"{h} steps), or start afresh in another --out"
+    )
 
 
 def _check_alike(states: list[dict[str, Any]]) -> None:

@@ -290,9 +290,13 @@ def _spawn(cfg: TrainConfig, folder: str, resume: str | None, lock_fd: int,
         with signals.held():  # (every worker started, and then a signal that came is raised)
             # a fork server that has imported torch, terngrad and the plots (rank 0 draws
             # the curves) once, for every launch of this process: each worker is forked from
-            # it at once instead of importing torch anew (seconds a worker); the server is a
-            # fresh interpreter, so no thread of this process is ever forked
-            multiprocessing.set_forkserver_preload([__name__, "terngrad.train.report"])
+            # it at once instead of importing torch anew (seconds a worker), with the serial
+            # kernels loaded where a worker runs one thread (half a second a worker); the
+            # server is a fresh interpreter, so no thread of this process is ever forked
+            preload = [__name__, "terngrad.train.report"]
+            if _threads(cfg, cfg.workers) == 1:
+                preload.append("terngrad.kernels.serial_loaded")
+            multiprocessing.set_forkserver_preload(preload)
             context = torch.multiprocessing.start_processes(
                 _spawned_worker, nprocs=cfg.workers, join=False, start_method="forkserver",
                 args=(cfg, _free_port(), folder, resume, os.getpid(), _HeldFd(lock_fd)),

@@ -4,6 +4,7 @@ outer step through terngrad's exchange."""
 from __future__ import annotations
 
 import copy
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -33,7 +34,8 @@ def train(rank: int, world: int, steps: int, local_steps: int, settings: dict,
           nan_at: int | None = None) -> dict:  # fmt: skip
     """``steps`` inner steps (from ``saved[rank]`` if given); per step whether it was an outer
     step, this rank's parameters after it and the bytes sent so far; the stats; at ``save_at``
-    the states; with overlap, the parameters after :meth:`DiLoCo.finish` (``final``)."""
+    the states; with overlap, the parameters after :meth:`DiLoCo.finish` (``final``); the
+    warnings of the steps and of ``finish``."""
     net = model()
     inner = torch.optim.AdamW(net.parameters(), lr=1e-2)
     wrapped = nn.parallel.DistributedDataParallel(net) if ddp else net
@@ -47,31 +49,37 @@ def train(rank: int, world: int, steps: int, local_steps: int, settings: dict,
         net.load_state_dict(saved[rank]["model"])
         inner.load_state_dict(saved[rank]["inner"])
         outer.load_state_dict(saved[rank]["outer"])
-    for step in range(start, steps):
-        if step == save_at:
-            out["saved"] = copy.deepcopy({"step": step, "model": net.state_dict(),
-                                          "inner": inner.state_dict(),
-                                          "outer": outer.state_dict()})  # fmt: skip
-        x, y = batch(step, rank)
-        inner.zero_grad()
-        nn.functional.cross_entropy(wrapped(x), y).backward()
-        inner.step()
-        if nan_at == step and rank == world - 1:
-            with torch.no_grad():
-                next(net.parameters())[0, 0] = float("nan")
-        h = outer.local_steps
-        if isinstance(h, int) and (step + 1) % h == 0:
-            out["before_outer"].append(_params(net))
-        out["outer"].append(outer.step())
-        if out["outer"][-1]:
-            out["anchors"].append([a.detach().clone() for a in outer.anchor])
-        out["params"].append(_params(net))
-        out["bytes"].append(outer.stats.bytes_sent)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        for step in range(start, steps):
+            if step == save_at:
+                out["saved"] = copy.deepcopy({"step": step, "model": net.state_dict(),
+                                              "inner": inner.state_dict(),
+                                              "outer": outer.state_dict()})  # fmt: skip
+            x, y = batch(step, rank)
+            inner.zero_grad()
+            nn.functional.cross_entropy(wrapped(x), y).backward()
+            inner.step()
+            if nan_at == step and rank == world - 1:
+                with torch.no_grad():
+                    next(net.parameters())[0, 0] = float("nan")
+            h = outer.local_steps
+            if isinstance(h, int) and (step + 1) % h == 0:
+                out["before_outer"].append(_params(net))
+            out["outer"].append(outer.step())
+            if out["outer"][-1]:
+                out["anchors"].append([a.detach().clone() for a in outer.anchor])
+            out["params"].append(_params(net))
+            out["bytes"].append(outer.stats.bytes_sent)
+    out["warnings"] = [str(x.message) for x in said]
     out["anchor"] = [a.detach().clone() for a in outer.anchor]
     out["replicated"] = {k: copy.deepcopy(outer.state_dict()[k]) for k in REPLICATED_STATE}
     out["stats"] = outer.stats
     out["local_steps"], out["auto"] = outer.local_steps, outer.auto
-    outer.finish()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        outer.finish()
+    out["finish_warnings"] = [str(w.message) for w in said]
     out["final"] = _params(net)
     out["final_stats"] = outer.stats
     return out

@@ -96,6 +96,11 @@ def test_a_non_finite_pseudo_gradient_skips_the_outer_step_on_every_rank():
         after = out["params"][H - 1][: len(start)]
         assert all(torch.equal(a, b) for a, b in zip(start, after, strict=True))  # anchor kept
         assert all(torch.isfinite(p).all() for p in out["params"][-1])
+        assert out["warnings"] == [  # the run's step, not the exchange's count
+            "terngrad: the outer step of inner step 4 was skipped: a rank's pseudo-gradient "
+            "was NaN or Inf; the anchor stays and every replica restarts from it (1 skipped "
+            "so far)"
+        ]
 
 
 def test_overlap_recovers_from_one_non_finite_pseudo_gradient():
@@ -108,6 +113,7 @@ def test_overlap_recovers_from_one_non_finite_pseudo_gradient():
     for out in ranks:
         assert out["final_stats"].skipped_outer_steps == 1
         assert all(torch.isfinite(p).all() for p in out["final"])
+        assert len(out["warnings"]) == 1 and "outer step of inner step 8 was" in out["warnings"][0]
         last, before = out["anchors"][-1], out["anchors"][-2]
         assert not all(torch.equal(a, b) for a, b in zip(last, before, strict=True))  # it learns
     assert same(ranks[0]["final"], ranks[1]["final"])
@@ -169,6 +175,21 @@ def test_a_method_runs_its_own_local_steps_and_exchange(ternary):
             assert mine["bytes"] == theirs["bytes"]
 
 
+@pytest.mark.parametrize("steps, local_steps, overlap", [(6, H, False), (6, H, True),
+                                                         (3, "auto", False)])  # fmt: skip
+def test_training_that_ends_between_outer_steps_is_warned_of(steps, local_steps, overlap):
+    """Ended 2 steps after an outer step (with overlap too: after the last update landed),
+    or before ``"auto"`` chose H: ``finish()`` warns on every rank that the replicas differ,
+    which they do. A run ended at an outer step says nothing (the tests above)."""
+    ranks = run(w.train, 2, steps, local_steps, {"overlap": overlap})
+    said = "before local_steps='auto' chose H" if local_steps == "auto" else "2 steps after"
+    for r in ranks:
+        assert len(r["finish_warnings"]) == 1 and said in r["finish_warnings"][0], r
+    assert not same(ranks[0]["final"], ranks[1]["final"])
+    straight = run(w.train, 2, 2 * H, H, {"overlap": overlap})
+    assert all(r["finish_warnings"] == [] for r in straight)
+
+
 # --- overlap: the outer exchange behind the next inner steps, its update one outer step late
 
 
@@ -176,7 +197,7 @@ def test_overlap_applies_each_averaged_update_one_outer_step_late():
     """fp32 outer gradients, overlap: at outer step k the anchor moves along the mean of the
     ranks' Δ_{k-1} (nothing at the first); each replica restarts from the anchor moved by its
     own Δ_k, and its next Δ is taken from there; ``finish()`` lands the last update and every
-    replica is the anchor. Written out here."""
+    replica is the anchor. Written out here. The bytes count the exchanges landed."""
     world = 2
     ranks = run(w.train, world, 3 * H, H, {"quantizer": "fp32", "topology": "allgather",
                                            "overlap": True})  # fmt: skip
@@ -209,6 +230,13 @@ def test_overlap_applies_each_averaged_update_one_outer_step_late():
     for r in ranks:
         assert close(r["final"][:n], anchor)
         assert r["final_stats"].outer_steps == 3 and r["stats"].skipped_outer_steps == 0
+        # an exchange counts once landed, the one in flight never (what a step reads does not
+        # depend on the background thread's progress); each outer step also averages the
+        # buffers (b bytes, at once); fp32: x bytes each exchange, the last landed by finish()
+        r1, r2, r3 = (r["bytes"][k * H - 1] for k in (1, 2, 3))
+        x = r["final_stats"].bytes_sent - r3
+        assert x > 0 and r2 == 2 * r1 + x and r3 == 3 * r1 + 2 * x, (r1, r2, r3, x)
+        assert r["bytes"] == [(0, r1, r2, r3)[(s + 1) // H] for s in range(3 * H)]
     assert not close(ranks[0]["params"][-1][:n], ranks[1]["params"][-1][:n])  # own Δ each
     assert all(torch.equal(a, b) for a, b in zip(ranks[0]["final"], ranks[1]["final"],
                                                  strict=True))  # fmt: skip
@@ -244,3 +272,18 @@ def test_auto_chooses_one_h_on_every_rank_and_counts_no_probe_bytes():
         assert r["outer"] == [s + 1 >= first and (s + 1) % h == 0 for s in range(16)]
         assert r["bytes"][first - 2] == 0 < r["bytes"][first - 1]  # the probe left no count
     assert ranks[0]["auto"] == ranks[1]["auto"]
+
+
+def test_a_state_saved_before_auto_chose_resumes_bitwise():
+    """Saved at inner step 2, before ``"auto"`` chooses at step 4 (one choice allowed, so the
+    timing cannot change H): the state keeps the steps timed so far, the resumed run chooses
+    at step 4 as the straight one did, and ends bitwise as it (it raised ZeroDivisionError on
+    every rank; then it chose 4 steps after the restore, a window late)."""
+    settings = {"auto_choices": [4]}
+    straight = run(w.train, 2, 2 * H, "auto", settings, False, 2)
+    assert straight[0]["saved"]["outer"]["local_steps"] == "auto"
+    resumed = run(w.train, 2, 2 * H, "auto", settings, False, None,
+                  [r["saved"] for r in straight])  # fmt: skip
+    for a, b in zip(straight, resumed, strict=True):
+        assert b["local_steps"] == 4 and same(a["final"], b["final"])
+        assert a["final_stats"] == b["final_stats"]

@@ -96,11 +96,6 @@ def _one_line(exc: pytest.ExceptionInfo) -> str:
     return str(exc.value)
 
 
-def test_a_run_that_ends_between_outer_steps_is_warned_of():
-    with pytest.warns(RuntimeWarning, match="max_steps 300 is not a multiple of local_steps 16"):
-        hf._warn_unaligned(300, 16)
-
-
 def test_bad_settings_are_refused_when_the_callback_is_made():
     with pytest.raises(ValueError) as exc:
         TernGradCallback(quantizer="ternary")

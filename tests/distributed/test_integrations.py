@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from ranks import run_script
 from support import REPO
 from torch import nn
 
@@ -59,9 +60,12 @@ def run_example(script: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def torchrun(script: str, *args: str) -> dict:
-    """Rank 0's last line of output of ``examples/script`` on 2 ranks, as JSON."""
-    done = run_example(script, *args)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """Rank 0's last line of output of ``examples/script`` on 2 ranks, as JSON: started as
+    torchrun starts them (its environment, the script as ``__main__``), forked from a fork
+    server that imported torch and the frameworks once (:func:`ranks.run_script`; seconds a
+    rank). :func:`run_example` runs one under torchrun itself."""
+    out = run_script(EXAMPLES / script, args)
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def _trainer(model, world_size=2, scaler=None, **strategy):

@@ -2,7 +2,9 @@
 2 and 4 ranks, each step's bytes sent and received and messages sent at each rank, as the hook
 counts them (PyTorch's hooks: the tensors handed to their all-reduces), equal the model's
 (:mod:`terngrad.bench.traffic_model`) — warm-up steps, PowerSGD's plain first steps and the
-steps where LocalVarianceAdamW averages its variances included."""
+steps where LocalVarianceAdamW averages its variances included. Local-steps methods are counted
+at H = 2 (``traffic_workers.COUNTED_H``): two outer steps, as at their own H, in 4 steps, not
+32."""
 
 import pytest
 import traffic_workers as w
@@ -26,7 +28,7 @@ def test_the_model_predicts_every_step_of_every_method(counted, name):
     prof = perf_model.profile(w.lenet(), w.SHAPE, "lenet")
     steps = len(ranks[0][name])  # local steps: two outer steps
     for step in range(1, steps + 1):
-        predicted = traffic_model.step_traffic(prof, name, world, step, w.WARMUP_STEPS)
+        predicted = traffic_model.step_traffic(prof, w.counted(name), world, step, w.WARMUP_STEPS)
         for rank, found in enumerate(ranks):
             p = predicted[rank]
             assert (p.sent, p.received, p.messages) == found[name][step - 1], (step, rank)
@@ -37,5 +39,5 @@ def test_the_counts_are_not_empty(counted):
     every outer step, nothing between)."""
     _, ranks = counted
     for name, steps in ranks[0].items():
-        h = methods.get(name).local_steps
+        h = w.counted(name).local_steps
         assert all((c[0] > 0) == ((s + 1) % h == 0) for s, c in enumerate(steps)), name

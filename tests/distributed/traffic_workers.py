@@ -4,6 +4,8 @@ all-reduces was handed (``torch.distributed.all_reduce`` wrapped in the rank's p
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -20,6 +22,14 @@ from terngrad.train import baselines, models
 SHAPE = (1, 28, 28)
 #: the steps of a warm-up method's full precision, and of the frozen recipe's plain AdamW
 WARMUP_STEPS = 2
+#: the H a local-steps method is counted at (its own H changes only which steps exchange)
+COUNTED_H = 2
+
+
+def counted(name: str) -> methods.Method:
+    """Method ``name`` as it is counted: a local-steps one at :data:`COUNTED_H`."""
+    m = methods.get(name)
+    return m if m.local_steps == 1 else dataclasses.replace(m, local_steps=COUNTED_H)
 
 
 def lenet() -> nn.Module:
@@ -65,7 +75,7 @@ def counted_steps(rank: int, world: int, names: list[str], steps: int) -> dict:
     x, y = torch.randn(8, *SHAPE, generator=gen), torch.randint(0, 10, (8,), generator=gen)
     out = {}
     for name in names:
-        m, model = methods.get(name), lenet()
+        m, model = counted(name), lenet()
         counts = []
         if m.local_steps != 1:  # DiLoCo: the outer step's exchange every local_steps steps
             ddp = nn.parallel.DistributedDataParallel(model)

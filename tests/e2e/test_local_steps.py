@@ -47,16 +47,37 @@ def test_local_steps_train_resume_bitwise_and_send_far_fewer_bytes(tmp_path, cap
 def test_overlap_resumes_bitwise_and_auto_chooses_and_keeps_h(tmp_path, capsys):
     """--outer-overlap: a run stopped at an outer step (its exchange in flight: sent again on
     resume) and extended ends bitwise as the straight one, every replica the anchor at the
-    end; --local-steps auto: H among the divisors of --eval-every 4, said in summary.json."""
+    end; --local-steps auto: H among the divisors of --eval-every 4, said in summary.json, and
+    a new --eval-every that H does not divide refused naming that flag."""
     auto = tmp_path / "auto"
     a, b = _straight_and_extended(tmp_path, [*LOCAL, "--outer-overlap"], 4, 6)
     assert a["hook_states"][0]["outer_steps"] == b["hook_states"][0]["outer_steps"] == 3
     assert a["hook_states"][0]["pending"] is not None  # the last exchange kept in flight
+    # the bytes each evaluation records count the exchanges landed, the one in flight never:
+    # the same in both runs (not how far the background thread has got)
+    records = [(tmp_path / run / "metrics.jsonl").read_text() for run in ("straight", "parts")]
+    sent = [
+        [(r["step"], r["bytes_sent"]) for r in map(json.loads, t.splitlines())] for t in records
+    ]
+    assert sent[0] == sent[1] and sent[0][-1][1] > 0, sent
     argv = [*ARGS, "--optimizer", "adamw", "--lr", "1e-3", "--local-steps", "auto"]
     assert main([*argv, "--eval-every", "4", "--steps", "8", "--out", str(auto)]) == 0
     summary = json.loads((auto / "summary.json").read_text())
     assert summary["local_steps"] in (1, 2, 4)
-    capsys.readouterr()
+    # a new --eval-every that the chosen H does not divide: the flag is named (every
+    # checkpoint holds that H: moving the newest out would not help); H forged to 4, as
+    # the choice (timed) may have taken 1, which divides everything
+    path = checkpoints.latest(auto)
+    ckpt = checkpoints.load(path)
+    for state in ckpt["hook_states"]:
+        state["local_steps"] = 4
+    checkpoints.save(path, ckpt)
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--eval-every", "6", "--steps", "16", "--out", str(auto)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1, err
+    assert "--local-steps auto chose H = 4 for this run" in err
+    assert "4 does not divide --eval-every 6: give multiples of 4" in err and "move" not in err
 
 
 def test_local_steps_whose_outer_steps_keep_failing_stop_in_one_line(tmp_path, capsys):

@@ -63,6 +63,19 @@ def _held(out) -> bool:
     return False
 
 
+def _holders(out) -> list[str]:
+    """The processes with ``out``'s lock file open (what holds the folder, when it is held)."""
+    lock = str((out / run_folder.LOCK).resolve())
+    found = []
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        try:
+            if os.readlink(fd) == lock:
+                found.append(_command(int(fd.parts[2])))
+        except OSError:  # (a process or descriptor gone meanwhile)
+            pass
+    return sorted(set(found))
+
+
 def _session(pid: int, seconds: float = 10) -> list[str]:
     """The processes of session ``pid`` still alive (not zombies) after up to ``seconds``."""
     deadline = time.monotonic() + seconds
@@ -142,7 +155,7 @@ def test_a_sigkilled_launchers_workers_hold_the_folder_until_they_are_gone(tmp_p
         for w in workers:
             os.kill(w, signal.SIGCONT)
     assert all(gone(w, 10) for w in workers)
-    assert not _held(out)
+    assert not _held(out), _holders(out)
     assert _session(proc.pid) == []
     assert "the launcher (PID" in proc.stderr.read()
     newest = checkpoints.steps(out)[-1]  # and the folder resumes

@@ -95,13 +95,14 @@ class Synchronizer:
                 p.grad = torch.zeros_like(p)
         return self.average([p.grad for p in self.params])
 
-    def average(self, tensors: list[torch.Tensor]) -> bool:
+    def average(self, tensors: list[torch.Tensor], warn: bool = True) -> bool:
         """Average ``tensors`` (one per parameter, in :attr:`params` order, each of its shape)
         over the ranks, in place, as one step of the exchange: the gradients for :meth:`step`,
         the pseudo-gradients of an outer step (:class:`terngrad.diloco.DiLoCo`). Returns True
         if some rank's values were not finite: then every tensor is zero on every rank. A
         collective that times out or loses its peer raises
-        :class:`~terngrad.comm.errors.CollectiveFailed` in one line, as the hook's does."""
+        :class:`~terngrad.comm.errors.CollectiveFailed` in one line, as the hook's does.
+        ``warn=False``: no warning of a skipped step (the caller says it in its own terms)."""
         start = 0
         try:
             for bucket in self.buckets:
@@ -117,7 +118,7 @@ class Synchronizer:
             if failed is exc:
                 raise
             raise failed from exc
-        self.reducer.finish_step()
+        self.reducer.finish_step(warn)
         if self.reducer.last_step_skipped:  # a later bucket found it: zero the earlier ones too
             for t in tensors:
                 t.zero_()

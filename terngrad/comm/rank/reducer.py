@@ -283,8 +283,9 @@ class Reducer(RankState):
             self._scratch = torch.empty(numel, device=buffer.device)
         return self._scratch[:numel]
 
-    def finish_step(self) -> None:
-        """Close the step: counters, error feedback (kept, or dropped for a skipped step)."""
+    def finish_step(self, warn: bool = True) -> None:
+        """Close the step: counters, error feedback (kept, or dropped for a skipped step);
+        a skipped step is warned of unless ``warn`` is False (a caller that says it itself)."""
         skipped, self._step_skipped = self._step_skipped, False
         self.counters.close_step(skipped)
         self.last_step_skipped = skipped
@@ -292,7 +293,7 @@ class Reducer(RankState):
             self.memory.discard()  # a skipped step leaves the residuals as they were
         elif self.memory is not None:
             self.memory.commit()
-        if skipped:
+        if skipped and warn:
             warnings.warn(
                 f"terngrad: step {self.counters.steps} had a NaN or Inf gradient on some rank; "
                 "its gradient was zeroed on every rank (check state.last_step_skipped before "
