@@ -4,6 +4,7 @@ outer step through terngrad's exchange."""
 from __future__ import annotations
 
 import copy
+import time
 import warnings
 
 import torch
@@ -83,6 +84,24 @@ def train(rank: int, world: int, steps: int, local_steps: int, settings: dict,
     out["final"] = _params(net)
     out["final_stats"] = outer.stats
     return out
+
+
+def auto_with_a_slow_rank(rank: int, world: int, steps: int, slow: float) -> dict:
+    """``"auto"`` where the last rank's inner steps take ``slow`` seconds more: the ``H`` this
+    rank chose and what it measured."""
+    net = model()
+    inner = torch.optim.AdamW(net.parameters(), lr=1e-2)
+    outer = DiLoCo(net, inner, "auto", auto_choices=[1, 2, 4, 8, 16])
+    for step in range(steps):
+        x, y = batch(step, rank)
+        inner.zero_grad()
+        nn.functional.cross_entropy(net(x), y).backward()
+        inner.step()
+        if rank == world - 1:
+            time.sleep(slow)
+        outer.step()
+    return {"local_steps": outer.local_steps, "auto": outer.auto, "final": _params(net),
+            "in_sync": outer.in_sync}  # fmt: skip
 
 
 def refusals(rank: int, world: int) -> list[str]:

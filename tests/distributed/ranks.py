@@ -22,6 +22,7 @@ import runpy
 import socket
 import sys
 import tempfile
+import time
 import warnings
 
 import torch
@@ -29,6 +30,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 TIMEOUT = datetime.timedelta(seconds=60)
+#: how long :func:`run_script` waits for a script's ranks before it kills them and fails
+SCRIPT_SECONDS = 300
 #: what the fork server imports once for every rank it forks: torch and terngrad (the
 #: trainer's launch and report too: conftest.py starts the server for the trainer's launches
 #: as well), the serial kernels loaded, and the frameworks the integration tests' ranks train
@@ -90,6 +93,10 @@ def _script_entry(rank, world_size, port, folder, path, argv):
     })  # fmt: skip
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
+    # the rank ends with os._exit once the script returns: its process group goes with it,
+    # and gloo's own teardown, which in torch 2.13 sometimes aborts a process under torchrun
+    # or, here, left one rank waiting for ever once the other had gone, never runs
+    dist.destroy_process_group = lambda group=None: None
     sys.argv = [path, *argv]
     with open(os.path.join(folder, f"{rank}.out"), "w") as out, contextlib.redirect_stdout(out):
         try:
@@ -106,9 +113,15 @@ def run_script(path, argv, world_size: int = 2) -> str:
     (which imported torch, terngrad and the frameworks once: no rank imports them anew)."""
     multiprocessing.set_forkserver_preload(PRELOAD)
     with tempfile.TemporaryDirectory() as folder:
-        mp.start_processes(
+        context = mp.start_processes(
             _script_entry, args=(world_size, free_port(), folder, str(path), list(argv)),
-            nprocs=world_size, start_method="forkserver",
+            nprocs=world_size, start_method="forkserver", join=False,
         )  # fmt: skip
+        deadline = time.monotonic() + SCRIPT_SECONDS
+        while not context.join(timeout=1):
+            if time.monotonic() > deadline:
+                for proc in context.processes:
+                    proc.kill()
+                raise TimeoutError(f"{path} {argv} ran over {SCRIPT_SECONDS} s")
         with open(os.path.join(folder, "0.out")) as out:
             return out.read()

@@ -287,3 +287,14 @@ def test_a_state_saved_before_auto_chose_resumes_bitwise():
     for a, b in zip(straight, resumed, strict=True):
         assert b["local_steps"] == 4 and same(a["final"], b["final"])
         assert a["final_stats"] == b["final_stats"]
+
+
+def test_auto_with_a_slow_rank_chooses_one_h_from_the_slowest_step():
+    """One rank's inner steps 0.05 s slower: both ranks take the slowest step (their maximum)
+    and choose the same H, and the replicas are one model at the end (16 steps, H among
+    divisors of 16)."""
+    ranks = run(w.auto_with_a_slow_rank, 2, 16, 0.05)
+    assert ranks[0]["auto"] == ranks[1]["auto"]
+    assert ranks[0]["local_steps"] == ranks[1]["local_steps"] == ranks[0]["auto"]["local_steps"]
+    assert ranks[0]["auto"]["inner_step_seconds"] >= 0.05
+    assert all(r["in_sync"] for r in ranks) and same(ranks[0]["final"], ranks[1]["final"])

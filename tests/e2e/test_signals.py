@@ -1,11 +1,14 @@
 """A run's lifetime and folder under hostile conditions: a signal to the launcher
 alone stops every worker; a SIGKILLed launcher's workers hold the folder until they are gone
 and end by themselves; fewer steps than the checkpoint are refused; a folder removed mid-run
-ends the run in one line; an evaluation record the metrics lost is written back on resume."""
+ends the run in one line; an evaluation record the metrics lost is written back on resume;
+local steps killed or stopped around their outer steps (with overlap: during the exchange in
+flight) resume bitwise, and a checkpoint of theirs that cannot be written leaves no part."""
 
 import fcntl
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -13,8 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from support import SMALL_RUN as RUN
-from support import gone, refused, workers_of
+from support import gone, kill_group, refused, workers_of
 
 from terngrad.cli import main
 from terngrad.train import checkpoints, run_folder
@@ -34,14 +38,20 @@ def _sigint(disposition):
     return lambda: signal.signal(signal.SIGINT, disposition)
 
 
-def _start(out, steps=4000, sigint=signal.SIG_DFL):
-    """A long two-worker run in its own session (SIGINT set to ``sigint``), returned once it
-    has a checkpoint (so its workers train and hold the folder)."""
-    argv = [sys.executable, "-m", "terngrad.cli", *RUN, "--steps", str(steps),
+def _start(out, steps=4000, sigint=signal.SIG_DFL, extra=(), preexec=None):
+    """A long two-worker run (``RUN`` and ``extra``) in its own session (SIGINT set to
+    ``sigint``, then ``preexec`` called in the child), returned once it has a checkpoint (so
+    its workers train and hold the folder)."""
+    argv = [sys.executable, "-m", "terngrad.cli", *RUN, *extra, "--steps", str(steps),
             "--checkpoint-every", "2", "--out", str(out)]  # fmt: skip
+
+    def before_exec():
+        _sigint(sigint)()
+        if preexec is not None:
+            preexec()
+
     proc = subprocess.Popen(argv, env=ENV, start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            preexec_fn=_sigint(sigint))  # fmt: skip
+                            stderr=subprocess.PIPE, text=True, preexec_fn=before_exec)  # fmt: skip
     deadline = time.monotonic() + 300
     while not checkpoints.steps(out):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -222,3 +232,68 @@ def test_as_many_steps_as_the_checkpoint_sum_up_its_own_evaluation(tmp_path, fin
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 2 and 0 <= summary["accuracy"] <= 1
     assert summary["loss"] > 0 and summary["best_loss"] == summary["loss"]
+
+
+LOCAL = ["--local-steps", "2", "--optimizer", "adamw", "--lr", "1e-3"]
+
+
+@pytest.mark.parametrize(
+    "sig, overlap",
+    [(signal.SIGKILL, False), (signal.SIGKILL, True), (signal.SIGTERM, True),
+     (signal.SIGINT, True)],
+    ids=["kill", "kill-overlap", "sigterm-overlap", "sigint-overlap"],
+)  # fmt: skip
+def test_local_steps_stopped_by_a_signal_resume_bitwise(tmp_path, sig, overlap):
+    """Local steps (H = 2, outer steps at every checkpoint), SIGKILLed (the launcher and its
+    workers at once) or sent SIGTERM or SIGINT (the launcher alone) once training: with
+    overlap, an outer exchange is in flight at every moment after the first outer step. The
+    run stops (SIGTERM, SIGINT: status 128 + the signal, every worker stopped), and resumed
+    it ends bitwise as a straight run of the same steps."""
+    local = [*LOCAL, *(["--outer-overlap"] if overlap else [])]
+    out = tmp_path / "run"
+    proc = _start(out, extra=local)
+    time.sleep(0.5)  # (a few more steps, outer steps among them)
+    if sig == signal.SIGKILL:
+        kill_group(proc.pid)
+        proc.wait()
+    else:
+        os.kill(proc.pid, sig)
+        proc.communicate(timeout=60)
+        assert proc.returncode == 128 + sig
+    assert _session(proc.pid) == [] and not _held(out)
+    steps = checkpoints.steps(out)[-1] + 4
+    assert main([*RUN, *local, "--steps", str(steps), "--out", str(out)]) == 0  # resumed
+    straight = tmp_path / "straight"
+    assert main([*RUN, *local, "--steps", str(steps), "--out", str(straight)]) == 0
+    a, b = (checkpoints.load(checkpoints.latest(p)) for p in (straight, out))
+    assert a["step"] == b["step"] == steps
+    assert all(torch.equal(t, b["model"][k]) for k, t in a["model"].items())
+    assert a["hook_states"][0]["outer_steps"] == b["hook_states"][0]["outer_steps"] == steps // 2
+
+
+def _file_size_limit(limit: int):
+    """In the child before exec: files it (and every process it starts) writes end at
+    ``limit`` bytes; a write past it fails with EFBIG (Python ignores SIGXFSZ), as a full disk
+    fails one with ENOSPC."""
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def test_a_local_steps_checkpoint_that_cannot_be_written_stops_the_run_and_leaves_no_part(
+    tmp_path,
+):
+    """Disk full during a local-steps checkpoint (its anchor, outer and inner optimizers make
+    it several MB: writes stop at 1 MB): the run stops with status 1 and one line naming the
+    write, no checkpoint and no part of one is left, the folder is free, and the same command
+    (room again) trains."""
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "terngrad.cli", *RUN, *LOCAL, "--steps", "4",
+            "--out", str(out)]  # fmt: skip
+    done = subprocess.run(argv, env=ENV, capture_output=True, text=True, timeout=300,
+                          preexec_fn=_file_size_limit(1 << 20))  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("terngrad:")]
+    assert len(lines) == 1 and "File too large" in lines[0], done.stderr
+    assert checkpoints.steps(out) == [] and not _held(out)
+    assert [p.name for p in out.iterdir() if ".tmp" in p.name or p.name.endswith(".pt")] == []
+    assert main([*RUN, *LOCAL, "--steps", "4", "--out", str(out)]) == 0
+    assert checkpoints.steps(out)[-1] == 4
