@@ -39,6 +39,7 @@ from typing import Any
 
 from terngrad.bench import testbed
 from terngrad.comm.spec import methods
+from terngrad.comm.spec.methods import Method
 from terngrad.experiments import time_to_accuracy_report as report
 from terngrad.experiments.comparison import Comparison, Echo, Observe, Run, Train
 from terngrad.experiments.time_to_accuracy_plot import plot
@@ -62,7 +63,7 @@ class AccuracyComparison(Comparison):
     from."""
 
     base: TrainConfig
-    methods: tuple[str, ...]
+    methods: tuple[str | Method, ...]
     bandwidth: str
     target: float
     time_limit: float = 3600.0

@@ -126,17 +126,19 @@ def get(name: str | Method) -> Method:
     return known if known is not None else parse(name)
 
 
-def select(names: Iterable[str], allowed: Iterable[str] | None = None) -> list[Method]:
-    """The methods ``names``, in order: each a method (and among ``allowed`` where given),
-    none twice; ``ValueError`` with one line otherwise."""
+def select(
+    names: Iterable[str | Method], allowed: Iterable[str | Method] | None = None
+) -> list[Method]:
+    """The methods ``names`` (names or :class:`Method` objects), in order: each a method (and
+    among ``allowed`` where given), none twice; ``ValueError`` with one line otherwise."""
     names = list(names)
     if not names:
-        choices = list(allowed) if allowed is not None else list(METHODS)
+        choices = [get(a).name for a in allowed] if allowed is not None else list(METHODS)
         raise ValueError(f"give at least one method; choose from: {', '.join(choices)}")
     chosen = [get(name) for name in names]
     if allowed is not None:
         allowed = [get(a).name for a in allowed]
-        outside = [n for n, m in zip(names, chosen, strict=True) if m.name not in allowed]
+        outside = [m.name for m in chosen if m.name not in allowed]
         if outside:
             raise ValueError(
                 f"{', '.join(outside)}: not a method of this comparison; choose from: "

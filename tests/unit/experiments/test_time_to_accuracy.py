@@ -6,6 +6,7 @@ import json
 import pytest
 from support import accuracy_base
 
+from terngrad.comm.spec import methods
 from terngrad.experiments import comparison
 from terngrad.experiments import time_to_accuracy as tta
 from terngrad.experiments import time_to_accuracy_report as tta_report
@@ -76,6 +77,12 @@ def test_every_method_gets_its_own_configuration(tmp_path):
     assert ps.exchange.quantize_last and qsgd.exchange.quantize_last  # the run's protocol
     # everything else is the same run
     assert not ps.diff(qsgd, ignore=("out", "quantizer", "quantizer_options", "topology"))
+    # a method given as an object is the method its name says
+    objects = (methods.get("terngrad-ps"), methods.parse("qsgd-5"))
+    assert [r.config for r in tta.AccuracyComparison(base, objects, "1gbit", 0.9).plan()] == [
+        ps,
+        qsgd,
+    ]
 
 
 def test_predictions_must_come_from_the_same_setting(tmp_path):
