@@ -1,4 +1,5 @@
-"""The measured figures of the README (and of docs/time-to-accuracy.md's tuned LeNet table), checked
+"""The measured figures of the README (and of docs/time-to-accuracy.md's tuned LeNet table, and
+the local-steps sweep's leads in docs/time-to-accuracy.md and docs/local-steps.md), checked
 against the committed result files they come from.
 
 Each check reads a figure where the README states it (a table cell, or the words around it)
@@ -191,3 +192,43 @@ def test_the_tuned_lenet_table_of_time_to_accuracy_md_is_the_sweeps():
             _ratio(their_s / our_s),
             _ratio(our_s / unlimited),
         ], words
+
+
+def _words(page: str) -> str:
+    """``docs/<page>`` with every run of white space one space."""
+    return " ".join((ROOT / "docs" / page).read_text().split())
+
+
+def _local_sweep() -> dict[str, dict]:
+    """The local-steps sweep at the protocol's lr (``sweep-local``), its points by link."""
+    sweep = json.loads((RESULTS / "accuracy" / "sweep-local" / "sweep.json").read_text())
+    return {p["bandwidth"]: p for p in sweep["points"]}
+
+
+def test_the_local_steps_sweeps_leads_are_its_files():
+    """``terngrad-ef-local25`` against PyTorch's fastest method that reached 98% on every seed
+    (PowerSGD on the slow links), fp32 on the unlimited one; and the fastest of terngrad's
+    methods there (``fastest_terngrad``: the auto-H run at 25 and 10 Mbit/s) as the sweep
+    file records its lead."""
+    points = _local_sweep()
+
+    def local25_over(link: str, among: tuple[str, ...]) -> float:
+        methods = points[link]["methods"]
+        reached = [m["seconds_to_target"] for n, m in methods.items() if n in among
+                   and m["seconds_to_target"] is not None and m["reached_runs"] == 3]  # fmt: skip
+        return min(reached) / methods["terngrad-ef-local25"]["seconds_to_target"]
+
+    pytorch = ("fp32", "fp16", "powersgd")
+    lead = {link: _ratio(local25_over(link, pytorch)) for link in ("100mbit", "25mbit", "10mbit")}
+    unlimited = _ratio(local25_over("unlimited", ("fp32",)))
+    assert (
+        f"`terngrad-ef-local25` reaches 98% {lead['100mbit']} sooner than PowerSGD at 100 Mbit/s, "
+        f"{lead['25mbit']} at 25, {lead['10mbit']} at 10, and {unlimited} sooner than fp32 "
+        "unlimited" in _words("time-to-accuracy.md")
+    )
+    best = {link: _ratio(points[link]["terngrad_sooner_than_pytorch"]) for link in points}
+    assert (
+        f"| {best['100mbit']} (100), {best['25mbit']} (25, localauto; local25 {lead['25mbit']}), "
+        f"{best['10mbit']} (10; local25 {lead['10mbit']}) | met |" in _words("local-steps.md")
+    )
+    assert f"{best['unlimited']} and {best['1gbit']} sooner than fp32" in _words("local-steps.md")
