@@ -1,6 +1,6 @@
 """The measured figures of the README (and of docs/time-to-accuracy.md's tuned LeNet table, and
-the local-steps sweep's leads in docs/time-to-accuracy.md and docs/local-steps.md), checked
-against the committed result files they come from.
+the local-steps sweep's leads, bytes and steps in docs/time-to-accuracy.md and
+docs/local-steps.md), checked against the committed result files they come from.
 
 Each check reads a figure where the README states it (a table cell, or the words around it)
 and computes the same figure from ``docs/results/``: a figure that drifts from its file, or a
@@ -232,3 +232,61 @@ def test_the_local_steps_sweeps_leads_are_its_files():
         f"{best['10mbit']} (10; local25 {lead['10mbit']}) | met |" in _words("local-steps.md")
     )
     assert f"{best['unlimited']} and {best['1gbit']} sooner than fp32" in _words("local-steps.md")
+
+
+def test_the_local_steps_sweeps_bytes_are_its_files():
+    """local-steps.md's wire bytes a step per rank (MB, the testbed's count, mean over seeds)
+    and the ratios drawn from them: ternary against fp32 outer gradients at the same H (10.9x
+    at unlimited and 1 Gbit/s, the range over every link, and of the bytes the exchanges
+    counted) and against DDP fp32."""
+
+    def per_step(link: str, key: str = "wire_bytes_per_step") -> dict[str, float]:
+        found = json.loads(
+            (RESULTS / "accuracy" / "sweep-local" / link / "results.json").read_text()
+        )
+        return {m["method"]: m[key] for m in found["methods"]}
+
+    links = ("unlimited", "1gbit", "100mbit", "25mbit", "10mbit")
+    wire = {link: per_step(link) for link in links}
+    fast, slow = wire["unlimited"], wire["100mbit"]
+    mb = {name: value / 1e6 for name, value in fast.items()}
+    assert (
+        f"Wire bytes per step per rank: fp32 {mb['fp32']:.2f} MB, fp16 {mb['fp16']:.2f}, "
+        f"PowerSGD {mb['powersgd']:.3f}, per-step TernGrad {slow['terngrad'] / 1e6:.3f}, "
+        f"`fp32-sharded-local25` {mb['fp32-sharded-local25']:.3f}, `terngrad-ef-local25` "
+        f"{mb['terngrad-ef-local25']:.3f}" in _words("local-steps.md")
+    )
+    ratios = [w["fp32-sharded-local25"] / w["terngrad-ef-local25"] for w in wire.values()]
+    hook = per_step("unlimited", "hook_bytes_per_step")
+    counted = hook["fp32-sharded-local25"] / hook["terngrad-ef-local25"]
+    assert f"{ratios[0]:.1f}× fewer on the wire than fp32 DiLoCo at the same H" in _words(
+        "local-steps.md"
+    )
+    assert f"{ratios[0]:.1f}" == f"{ratios[1]:.1f}"  # (unlimited and 1 Gbit/s alike)
+    assert (
+        f"{min(ratios):.1f}–{max(ratios):.1f}× over the links, {counted:.1f}× of the bytes the "
+        f"exchanges counted; {fast['fp32'] / fast['terngrad-ef-local25']:.0f}× fewer than DDP "
+        "fp32 on the wire" in _words("local-steps.md")
+    )
+
+
+def test_the_local_steps_sweeps_steps_are_its_files():
+    """local-steps.md's steps to 98% (mean ± sd over the seeds): local25's inner steps (the same
+    at every link: the link changes no step) against fp32's (unlimited), and the overlap form's
+    (25 Mbit/s, where it ran)."""
+
+    def steps(link: str) -> dict[str, tuple[float, float]]:
+        found = json.loads(
+            (RESULTS / "accuracy" / "sweep-local" / link / "results.json").read_text()
+        )
+        return {m["method"]: (m["reached"]["step"], m["steps_to_target_sd"])
+                for m in found["methods"] if m["reached_runs"] == len(m["seeds"])}  # fmt: skip
+
+    local, fp32 = steps("25mbit")["terngrad-ef-local25"], steps("unlimited")["fp32"]
+    overlap = steps("25mbit")["terngrad-ef-local25-overlap"]
+    assert all(steps(link)["terngrad-ef-local25"] == local for link in ("unlimited", "10mbit"))
+    assert (
+        f"`terngrad-ef-local25` {local[0]:.0f} ± {local[1]:.0f} inner steps against fp32's "
+        f"{fp32[0]:.0f} ± {fp32[1]:.0f} ({local[0] / fp32[0]:.2f}×); the overlap form "
+        f"{overlap[0]:.0f} ± {overlap[1]:.0f}" in _words("local-steps.md")
+    )
