@@ -1,12 +1,17 @@
 """The rule that names a method: :func:`render` writes a :class:`~.method_spec.Method`'s
 tokens in the rule's order, :func:`words` says it for tables and plots, :func:`parse` reads a
 name back, refusing one written otherwise (the syntax: :data:`SYNTAX`; docs/methods.md).
+
+Each setting of the rule is declared once, as one :class:`_Slot` of :data:`_SLOTS`: how the
+syntax writes it, its token's pattern and what the token sets, the token a method holds and
+its words. The four functions above read that one table: a new setting is one more slot.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from terngrad import quantize
@@ -36,124 +41,132 @@ _TOPOLOGY_WORDS = {
 _AGGREGATE_TOKENS = {"fp16": "fp16agg", "coherent": "coherent"}
 
 
-def render(m: Method) -> list[str]:
-    """The tokens of ``m``'s name, in the rule's order."""
-    x = m.exchange
-    q = dict(x.quantizer_options)
-    tokens = [x.quantizer]
-    if "levels" in q:
-        tokens.append(str(q["levels"]))
-    if x.topology != "sharded" or x.quantizer in BASELINES:
-        tokens.append(x.topology)
-    if "bucket_size" in q:
-        tokens.append(f"b{q['bucket_size']}")
-    if "clip" in q:
-        tokens.append("noclip" if q["clip"] is None else f"clip{_number(q['clip'])}")
-    if "packing" in q:
-        tokens.append(str(q["packing"]))
-    if x.quantize_last:
-        tokens.append("last")
-    if x.min_numel != MIN_NUMEL:
-        tokens.append(f"min{x.min_numel}")
-    if x.error_feedback:
-        tokens.append("ef")
-    if x.fit_scale:
-        tokens.append("fit")
-    if x.aggregate != "requantize":
-        tokens.append(_AGGREGATE_TOKENS[x.aggregate])
-    if x.policy != "quantize":
-        tokens.append(x.policy)
-    if x.fuse_buckets:
-        tokens.append("fused")
-    if m.local_steps != 1:
-        tokens.append(f"local{m.local_steps}")
-    if m.outer_overlap:
-        tokens.append("overlap")
-    if m.recipe is not None:
-        tokens.append(m.recipe.token)
-    if m.warmup:
-        tokens.append(f"warmup{_number(m.warmup)}")
-    return tokens
+@dataclass(frozen=True)
+class _Slot:
+    """One setting of the rule, declared once: how :data:`SYNTAX` writes it, its token's
+    pattern and what a matched token sets (``"q"``: quantizer options, ``"x"``: exchange
+    options, else the method's own fields), the token a method's name holds (``None``: the
+    default, left out) and its words (the separator before them, and them; ``None``: none)."""
+
+    what: str
+    syntax: str
+    pattern: str
+    sets: Callable[[re.Match[str]], dict[str, Any]]
+    token: Callable[[Method], str | None]
+    words: Callable[[Method], tuple[str, str] | None]
 
 
-def words(m: Method) -> str:
-    x = m.exchange
-    q = dict(x.quantizer_options)
-    head = _QUANTIZER_WORDS.get(x.quantizer, x.quantizer)
-    if "levels" in q:
-        head += f" {q['levels']} levels"
-    parts = [head + ("" if x.quantizer not in BASELINES else " through terngrad's exchange"),
-             _TOPOLOGY_WORDS[x.topology]]  # fmt: skip
-    if "bucket_size" in q:
-        parts.append(f"a scale per {q['bucket_size']} elements")
-    if "clip" in q:
-        parts.append("no clipping" if q["clip"] is None else f"clipped at {q['clip']:g} sigma")
-    if "packing" in q:
-        parts.append(f"{q['packing']} packing")
-    if x.quantize_last:
-        parts.append("the last layer quantized")
-    if x.min_numel != MIN_NUMEL:
-        parts.append(
-            "small tensors quantized" if x.min_numel == 0
-            else f"tensors under {x.min_numel} elements in fp32"
-        )  # fmt: skip
-    if x.error_feedback:
-        parts.append("error feedback")
-    if x.fit_scale:
-        parts.append("digits valued by a least-squares fit")
-    if x.aggregate != "requantize":
-        parts.append(f"{x.aggregate} aggregates")
-    if x.policy != "quantize":
-        parts.append(f"{x.policy} policy")
-    if x.fuse_buckets:
-        parts.append("a step's DDP buckets in one exchange")
-    words = ", ".join(parts)
-    if m.local_steps != 1:
-        h = (
-            "H (chosen from the measured step and exchange)"
-            if m.local_steps == "auto"
-            else (m.local_steps)
-        )
-        words += (
-            f"; local steps: each replica {h} steps on its own, then their "
-            "pseudo-gradients averaged this way and a Nesterov outer step (DiLoCo)"
-        )
-    if m.outer_overlap:
-        words += ", the exchange behind the next inner steps (its update one outer step late)"
-    if m.recipe is not None:
-        words += "; " + m.recipe.words
-    if m.warmup:
-        words += f"; after full-precision steps ({_percent(m.warmup)} of the run)"
-    return words
+def _q(m: Method) -> dict[str, Any]:
+    assert m.exchange is not None
+    return dict(m.exchange.quantizer_options)
+
+
+def _x(m: Method) -> Options:
+    assert m.exchange is not None
+    return m.exchange
+
+
+def _flag(what: str, token: str, field: str, said: str) -> _Slot:
+    """A slot of one exchange option that is on or off (off by default): ``-token``."""
+    return _Slot(what, f"[-{token}]", token, lambda g: {"x": {field: True}},
+                 lambda m: token if getattr(_x(m), field) else None,
+                 lambda m: (", ", said) if getattr(_x(m), field) else None)  # fmt: skip
+
+
+def _local_words(m: Method) -> tuple[str, str] | None:
+    if m.local_steps == 1:
+        return None
+    h = (
+        m.local_steps
+        if m.local_steps != "auto"
+        else ("H (chosen from the measured step and exchange)")
+    )
+    return ("; ", f"local steps: each replica {h} steps on its own, then their pseudo-gradients "
+                  "averaged this way and a Nesterov outer step (DiLoCo)")  # fmt: skip
+
+
+def _min_words(n: int) -> str:
+    return "small tensors quantized" if n == 0 else f"tensors under {n} elements in fp32"
 
 
 def _integer(text: str) -> int:
     return int(text)
 
 
-#: the rule's slots in order: (what, pattern, what the match sets)
-_SLOTS: tuple[tuple[str, str, Callable[[re.Match], dict[str, Any]]], ...] = (
-    ("levels", r"(\d+)", lambda g: {"q": {"levels": _integer(g[1])}}),
-    ("topology", "|".join(map(re.escape, TOPOLOGIES)), lambda g: {"x": {"topology": g[0]}}),
-    ("bucket size", r"b(\d+)", lambda g: {"q": {"bucket_size": _integer(g[1])}}),
-    ("clipping", r"noclip|clip(\d+(?:\.\d+)?)",
-     lambda g: {"q": {"clip": None if g[0] == "noclip" else float(g[1])}}),
-    ("packing", r"2bit", lambda g: {"q": {"packing": g[0]}}),
-    ("last layer", r"last", lambda g: {"x": {"quantize_last": True}}),
-    ("min numel", r"min(\d+)", lambda g: {"x": {"min_numel": _integer(g[1])}}),
-    ("error feedback", r"ef", lambda g: {"x": {"error_feedback": True}}),
-    ("fitted scale", r"fit", lambda g: {"x": {"fit_scale": True}}),
-    ("aggregate", r"fp16agg|coherent",
-     lambda g: {"x": {"aggregate": {v: k for k, v in _AGGREGATE_TOKENS.items()}[g[0]]}}),
-    ("policy", r"auto", lambda g: {"x": {"policy": "auto"}}),
-    ("fused buckets", r"fused", lambda g: {"x": {"fuse_buckets": True}}),
-    ("local steps", r"local(\d+|auto)",
-     lambda g: {"local_steps": "auto" if g[1] == "auto" else _integer(g[1])}),
-    ("overlap", r"overlap", lambda g: {"outer_overlap": True}),
-    ("recipe", r"frozen(\d*\.?\d+)|localvar(\d+)",
-     lambda g: {"recipe": FrozenVariance(float(g[1])) if g[1] else LocalVariance(int(g[2]))}),
-    ("warm-up", r"warmup(\d*\.?\d+)", lambda g: {"warmup": float(g[1])}),
+#: the rule's slots, in the order of a name's tokens and of its words
+_SLOTS: tuple[_Slot, ...] = (
+    _Slot("levels", "[-levels]", r"(\d+)", lambda g: {"q": {"levels": _integer(g[1])}},
+          lambda m: str(_q(m)["levels"]) if "levels" in _q(m) else None,
+          lambda m: (" ", f"{_q(m)['levels']} levels") if "levels" in _q(m) else None),
+    _Slot("topology", "[-topology]", "|".join(map(re.escape, TOPOLOGIES)),
+          lambda g: {"x": {"topology": g[0]}},
+          lambda m: _x(m).topology
+          if _x(m).topology != "sharded" or _x(m).quantizer in BASELINES else None,
+          lambda m: (" through terngrad's exchange, " if _x(m).quantizer in BASELINES else ", ",
+                     _TOPOLOGY_WORDS[_x(m).topology])),
+    _Slot("bucket size", "[-b<N>]", r"b(\d+)", lambda g: {"q": {"bucket_size": _integer(g[1])}},
+          lambda m: f"b{_q(m)['bucket_size']}" if "bucket_size" in _q(m) else None,
+          lambda m: (", ", f"a scale per {_q(m)['bucket_size']} elements")
+          if "bucket_size" in _q(m) else None),
+    _Slot("clipping", "[-noclip|-clip<C>]", r"noclip|clip(\d+(?:\.\d+)?)",
+          lambda g: {"q": {"clip": None if g[0] == "noclip" else float(g[1])}},
+          lambda m: None if "clip" not in _q(m)
+          else "noclip" if _q(m)["clip"] is None else f"clip{_number(_q(m)['clip'])}",
+          lambda m: None if "clip" not in _q(m)
+          else (", ", "no clipping" if _q(m)["clip"] is None
+                else f"clipped at {_q(m)['clip']:g} sigma")),
+    _Slot("packing", "[-2bit]", r"2bit", lambda g: {"q": {"packing": g[0]}},
+          lambda m: str(_q(m)["packing"]) if "packing" in _q(m) else None,
+          lambda m: (", ", f"{_q(m)['packing']} packing") if "packing" in _q(m) else None),
+    _flag("last layer", "last", "quantize_last", "the last layer quantized"),
+    _Slot("min numel", "[-min<N>]", r"min(\d+)", lambda g: {"x": {"min_numel": _integer(g[1])}},
+          lambda m: f"min{_x(m).min_numel}" if _x(m).min_numel != MIN_NUMEL else None,
+          lambda m: (", ", _min_words(_x(m).min_numel)) if _x(m).min_numel != MIN_NUMEL
+          else None),
+    _flag("error feedback", "ef", "error_feedback", "error feedback"),
+    _flag("fitted scale", "fit", "fit_scale", "digits valued by a least-squares fit"),
+    _Slot("aggregate", "[-fp16agg|-coherent]", r"fp16agg|coherent",
+          lambda g: {"x": {"aggregate": {v: k for k, v in _AGGREGATE_TOKENS.items()}[g[0]]}},
+          lambda m: _AGGREGATE_TOKENS[_x(m).aggregate]
+          if _x(m).aggregate != "requantize" else None,
+          lambda m: (", ", f"{_x(m).aggregate} aggregates")
+          if _x(m).aggregate != "requantize" else None),
+    _Slot("policy", "[-auto]", r"auto", lambda g: {"x": {"policy": "auto"}},
+          lambda m: _x(m).policy if _x(m).policy != "quantize" else None,
+          lambda m: (", ", f"{_x(m).policy} policy") if _x(m).policy != "quantize" else None),
+    _flag("fused buckets", "fused", "fuse_buckets", "a step's DDP buckets in one exchange"),
+    _Slot("local steps", "[-local<H>|-localauto]", r"local(\d+|auto)",
+          lambda g: {"local_steps": "auto" if g[1] == "auto" else _integer(g[1])},
+          lambda m: f"local{m.local_steps}" if m.local_steps != 1 else None, _local_words),
+    _Slot("overlap", "[-overlap]", r"overlap", lambda g: {"outer_overlap": True},
+          lambda m: "overlap" if m.outer_overlap else None,
+          lambda m: (", ", "the exchange behind the next inner steps (its update one outer "
+                           "step late)") if m.outer_overlap else None),
+    _Slot("recipe", "[-frozen<F>|-localvar<N>]", r"frozen(\d*\.?\d+)|localvar(\d+)",
+          lambda g: {"recipe": FrozenVariance(float(g[1])) if g[1] else LocalVariance(int(g[2]))},
+          lambda m: m.recipe.token if m.recipe is not None else None,
+          lambda m: ("; ", m.recipe.words) if m.recipe is not None else None),
+    _Slot("warm-up", "[-warmup<F>]", r"warmup(\d*\.?\d+)", lambda g: {"warmup": float(g[1])},
+          lambda m: f"warmup{_number(m.warmup)}" if m.warmup else None,
+          lambda m: ("; ", f"after full-precision steps ({_percent(m.warmup)} of the run)")
+          if m.warmup else None),
 )  # fmt: skip
+
+
+def render(m: Method) -> list[str]:
+    """The tokens of ``m``'s name, in the rule's order."""
+    tokens = [_x(m).quantizer]
+    return tokens + [t for slot in _SLOTS if (t := slot.token(m)) is not None]
+
+
+def words(m: Method) -> str:
+    """``m`` in words, for tables and plots: each slot's words after its separator."""
+    said = _QUANTIZER_WORDS.get(_x(m).quantizer, _x(m).quantizer)
+    for slot in _SLOTS:
+        part = slot.words(m)
+        if part is not None:
+            said += part[0] + part[1]
+    return said
 
 
 def parse(name: str) -> Method:
@@ -196,16 +209,16 @@ def parse(name: str) -> Method:
     rest: dict[str, Any] = {}
     slot = 0
     for token in tokens:
-        found = next((k for k, (_, p, _) in enumerate(_SLOTS) if re.fullmatch(p, token)), None)
+        found = next((k for k, sl in enumerate(_SLOTS) if re.fullmatch(sl.pattern, token)), None)
         if found is None:
             raise ValueError(f"method {name!r}: unknown part {token!r} ({SYNTAX})")
         if found < slot:
             raise ValueError(
-                f"method {name!r}: {_SLOTS[found][0]} ({token}) comes before "
-                f"{_SLOTS[slot - 1][0]} ({SYNTAX})"
+                f"method {name!r}: {_SLOTS[found].what} ({token}) comes before "
+                f"{_SLOTS[slot - 1].what} ({SYNTAX})"
             )
         slot = found + 1
-        got = _SLOTS[found][2](re.fullmatch(_SLOTS[found][1], token))
+        got = _SLOTS[found].sets(re.fullmatch(_SLOTS[found].pattern, token))
         q.update(got.pop("q", {}))
         x.update(got.pop("x", {}))
         rest.update(got)
@@ -221,8 +234,6 @@ def parse(name: str) -> Method:
 
 
 SYNTAX = (
-    "a method is head[-levels][-topology][-b<N>][-noclip|-clip<C>][-2bit][-last][-min<N>][-ef]"
-    "[-fp16agg|-coherent][-auto][-fused][-local<H>|-localauto][-overlap][-frozen<F>|-localvar<N>]"
-    "[-warmup<F>], defaults "
-    "left out: see docs/methods.md"
+    f"a method is head{''.join(slot.syntax for slot in _SLOTS)}, defaults left out: see "
+    "docs/methods.md"
 )
