@@ -188,9 +188,10 @@ def _check_chosen_h(state: Any, cfg: TrainConfig) -> None:
     divides the steps and periods this command gives, as the choice required."""
     from terngrad.train.loop import local_step_choices
 
-    h, choices = state.get("local_steps") if isinstance(state, dict) else None, None
-    if isinstance(h, int) and not isinstance(h, bool):
-        choices = local_step_choices(cfg)
+    h = state.get("local_steps") if isinstance(state, dict) else None
+    if not isinstance(h, int) or isinstance(h, bool):  # ("auto" still to choose, or checked
+        return  # by check_state)
+    choices = local_step_choices(cfg)
     if choices is None or h in choices:
         return
     given = {"--steps": cfg.steps, "--eval-every": cfg.eval_every,
