@@ -1,5 +1,7 @@
-"""The settings of local steps (:class:`terngrad.diloco.DiLoCo`): their checks, and the choice
-of ``H`` for ``local_steps="auto"`` from the measured inner step and outer exchange."""
+"""Local steps (:class:`terngrad.diloco.DiLoCo`) at run time: the settings a consumer runs
+(:func:`local_of`; the settings themselves: :class:`~terngrad.comm.spec.local.LocalSteps`), the
+outer optimizer, and the choice of ``H`` for ``local_steps="auto"`` from the measured inner
+step and outer exchange."""
 
 from __future__ import annotations
 
@@ -13,21 +15,19 @@ import torch
 
 from terngrad.comm.front.synchronizer import Synchronizer
 from terngrad.comm.spec import methods
-from terngrad.util.settings import FRACTION, POSITIVE
+from terngrad.comm.spec.local import (
+    KEYWORDS,
+    LOCAL_STEPS,
+    MAX_COMM_SHARE,
+    OUTER_LR,
+    OUTER_MOMENTUM,
+    LocalSteps,
+)
+from terngrad.comm.spec.over import over
 
-__all__ = ["AUTO_MAX_LOCAL_STEPS", "AUTO_PROBE_STEPS", "MAX_COMM_SHARE", "OUTER_LR",
-           "OUTER_MOMENTUM", "check_outer_settings", "choose_local_steps", "cloned",
-           "local_steps_of", "outer_sgd", "time_exchange"]  # fmt: skip
-
-#: ``H``, the inner steps between two outer steps, where neither a method nor ``local_steps=``
-#: says it (``DiLoCo``)
-LOCAL_STEPS = 16
-#: DiLoCo's outer step (its paper's): SGD at this rate with Nesterov momentum 0.9 — the one
-#: place these defaults are written (``DiLoCo``, ``terngrad train``, both callbacks)
-OUTER_LR = 0.7
-OUTER_MOMENTUM = 0.9
-#: ``local_steps="auto"``: the largest share of the time the outer exchange may take
-MAX_COMM_SHARE = 0.1
+__all__ = ["AUTO_MAX_LOCAL_STEPS", "AUTO_PROBE_STEPS", "LOCAL_STEPS", "MAX_COMM_SHARE",
+           "OUTER_LR", "OUTER_MOMENTUM", "LocalSteps", "auto_choices", "choose_local_steps",
+           "cloned", "local_of", "outer_sgd", "time_exchange"]  # fmt: skip
 
 #: ``local_steps="auto"`` decides ``H`` at this inner step, from the seconds between the
 #: :meth:`DiLoCo.step` calls before it (the first step, with its warm-up, left out)
@@ -36,15 +36,11 @@ AUTO_PROBE_STEPS = 4
 AUTO_MAX_LOCAL_STEPS = 500
 
 
-def outer_sgd(
-    anchor: list[torch.Tensor], outer_lr: float, outer_momentum: float,
-    nesterov: bool | None = None,
-) -> torch.optim.SGD:  # fmt: skip
-    """DiLoCo's outer optimizer over the ``anchor``: SGD at ``outer_lr`` with
-    ``outer_momentum``, Nesterov's (``nesterov=None``: wherever there is momentum; at
-    ``outer_momentum=0`` plain SGD)."""
-    nesterov = outer_momentum > 0 if nesterov is None else nesterov
-    return torch.optim.SGD(anchor, lr=outer_lr, momentum=outer_momentum, nesterov=nesterov)
+def outer_sgd(anchor: list[torch.Tensor], local: LocalSteps) -> torch.optim.SGD:
+    """DiLoCo's outer optimizer over the ``anchor``: SGD at ``local.outer_lr`` with
+    ``local.outer_momentum``, Nesterov's where ``local.nesterov`` (plain SGD at momentum 0)."""
+    return torch.optim.SGD(anchor, lr=local.outer_lr, momentum=local.outer_momentum,
+                           nesterov=local.nesterov)  # fmt: skip
 
 
 def choose_local_steps(
@@ -62,66 +58,26 @@ def choose_local_steps(
     return min(fitting) if fitting else max(choices)
 
 
-def check_outer_settings(
-    local_steps: int | str = LOCAL_STEPS,
-    outer_lr: float = OUTER_LR,
-    outer_momentum: float = OUTER_MOMENTUM,
-    nesterov: bool | None = None,
-    overlap: bool = False,
-    max_comm_share: float = MAX_COMM_SHARE,
-    auto_choices: Sequence[int] | None = None,
-) -> list[int]:
-    """``ValueError`` with one line for the first of :class:`DiLoCo`'s own settings out of
-    range (no collective: the framework callbacks check them when they are made); returns
-    the values ``local_steps="auto"`` may take."""
-    if local_steps != "auto" and (
-        isinstance(local_steps, bool) or not isinstance(local_steps, int) or local_steps < 1
-    ):
-        raise ValueError(
-            f"local_steps must be an integer of at least 1 (inner steps between outer "
-            f"steps) or 'auto', got {local_steps!r}"
-        )
-    for name, value, rule in (("outer_lr", outer_lr, POSITIVE),
-                              ("outer_momentum", outer_momentum, FRACTION)):  # fmt: skip
-        if not rule.accepts(value):
-            raise ValueError(f"{name} must be {rule.words}, got {value!r}")
-    for name, value in (("nesterov", nesterov), ("overlap", overlap)):
-        if not isinstance(value, bool) and not (name == "nesterov" and value is None):
-            raise ValueError(f"{name} must be True or False, got {value!r}")
-    if nesterov and outer_momentum == 0:
-        raise ValueError("nesterov needs outer_momentum > 0 (DiLoCo's is 0.9)")
-    if not (POSITIVE.accepts(max_comm_share) and max_comm_share < 1):
-        raise ValueError(
-            f"max_comm_share must be a share of the time in (0, 1), got {max_comm_share!r}"
-        )
-    return _auto_choices(auto_choices)
-
-
-def local_steps_of(
-    settings: dict[str, Any],
-    local_steps: int | str | None,
-    overlap: bool | None,
-    unset: tuple[Any, Any] = (1, False),
-) -> tuple[int | str | None, bool | None]:
-    """``local_steps`` and ``overlap`` where ``settings["method"]`` names them
-    (``method="terngrad-local16"``): the method's, and ``settings["method"]`` then the same
-    method without them (the exchange of the pseudo-gradients). A value given (other than its
-    ``unset`` one: the caller's default) that is not the method's is refused in one line naming
-    both; with a method of one step, or none, the values given stand (keywords add local steps
-    as without a method). The one rule of ``DiLoCo`` and both callbacks."""
+def local_of(settings: dict[str, Any], default: int, **given: Any) -> LocalSteps:
+    """The local steps a consumer (``DiLoCo``, both callbacks) runs: those of the method
+    ``settings["method"]`` (a name or a :class:`~terngrad.comm.spec.method_spec.Method`) with
+    the keywords ``given`` over it (:func:`~terngrad.comm.spec.over.over`: one the method sets
+    otherwise is refused in one line naming both), else the keywords' own, ``H = default``
+    where none is given. ``settings["method"]`` is left the method without its local steps:
+    the exchange of the pseudo-gradients. A keyword left out is ``None``."""
+    given = {KEYWORDS.get(k, k): v for k, v in given.items() if v is not None}
     name = settings.get("method")
     m = None if name is None else methods.get(name)
-    if m is None or m.local_steps == 1:
-        return local_steps, overlap
-    for key, given, own, none in (("local_steps", local_steps, m.local_steps, unset[0]),
-                                  ("overlap", overlap, m.outer_overlap, unset[1])):  # fmt: skip
-        if given not in (none, own):
-            raise ValueError(
-                f"{key}={given!r} is not what method {m.name} runs ({key}={own!r}): give the "
-                "method alone, or a method of these local steps (docs/methods.md)"
-            )
-    settings["method"] = dataclasses.replace(m, local_steps=1, outer_overlap=False)
-    return m.local_steps, m.outer_overlap
+    if m is None or m.local is None:
+        return LocalSteps(**{"every": default, **given})
+    m = over(m, local=given, spell=lambda name: _KEYWORD_OF.get(name, name))
+    settings["method"] = dataclasses.replace(m, local=None)
+    assert m.local is not None
+    return m.local
+
+
+#: a field of :class:`LocalSteps` by its keyword (``every``: ``local_steps``)
+_KEYWORD_OF = {v: k for k, v in KEYWORDS.items()}
 
 
 def replicas_apart(inner_steps: int, local_steps: int | str) -> str:
@@ -143,7 +99,7 @@ def replicas_apart(inner_steps: int, local_steps: int | str) -> str:
     )
 
 
-def _auto_choices(choices: Sequence[int] | None) -> list[int]:
+def auto_choices(choices: Sequence[int] | None) -> list[int]:
     """The values ``local_steps="auto"`` may take, sorted; one line for a bad list."""
     if choices is None:
         return list(range(1, AUTO_MAX_LOCAL_STEPS + 1))

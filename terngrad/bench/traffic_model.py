@@ -163,7 +163,7 @@ def _outer(prof: Profile, x: Options, world: int) -> list[Transfer]:
         sizes = [p.numel for p in bucket if not _kept(p, x)]
         if sum(sizes):
             layout = Layout.of(sum(sizes), sizes, q.bucket_size)
-            ranks = exchange_traffic(q, x.topology, layout, world, x.aggregate, x.fit_scale)
+            ranks = exchange_traffic(q, x.topology, layout, world, x.exchange_settings)
             out.append(Transfer(1.0, ranks, layout.numel))
     if prof.buffers:
         out.append(Transfer(1.0, all_reduce(4 * prof.buffers, world)))
@@ -192,7 +192,7 @@ def _hook(
         sizes = [p.numel for p in bucket if p not in kept]
         if sum(sizes):
             layout = Layout.of(sum(sizes), sizes, q.bucket_size)
-            ranks = exchange_traffic(q, x.topology, layout, world, x.aggregate, x.fit_scale)
+            ranks = exchange_traffic(q, x.topology, layout, world, x.exchange_settings)
             out.append(Transfer(_ready(bucket), ranks, layout.numel))
     if kept:
         out.append(Transfer(1.0, all_reduce(4 * sum(p.numel for p in kept), world)))

@@ -154,9 +154,9 @@ def add(sub: argparse._SubParsersAction) -> None:
         defaults={"eval_every": 100},
         exclude=(
             "out",
-            "baseline",
-            "powersgd_rank",  # a method's (powersgd-r8)
             "workers_threads",
+            "kernels",
+            "full_precision_steps",  # a method's (terngrad-warmup0.2)
             "checkpoint_every",
             "keep_checkpoints",
             "max_skipped_steps",
@@ -164,8 +164,6 @@ def add(sub: argparse._SubParsersAction) -> None:
             "timeout",
             "stop_at_accuracy",  # --stop-at-target
             "stop_at_loss",  # --stop-at-target with --target-loss
-            "local_steps",  # a method's (terngrad-ef-local16): --methods names it
-            "outer_overlap",  # a method's too (terngrad-ef-local16-overlap)
         ),
     )
     add_settings(b, Options, only=("quantize_last", "min_numel"), groups=groups)
@@ -316,6 +314,7 @@ def accuracy(args: argparse.Namespace) -> int:
     from terngrad.bench import testbed
     from terngrad.cli.flags import given
     from terngrad.comm import Options
+    from terngrad.comm.spec.method_spec import Method
     from terngrad.experiments import comparison, sweep, time_to_accuracy, time_to_accuracy_report
     from terngrad.experiments.tuning import raced, tune
     from terngrad.experiments.tuning_record import tuned_loss_target
@@ -324,8 +323,9 @@ def accuracy(args: argparse.Namespace) -> int:
 
     rates = one_or_list(args, "bandwidth", "bandwidths", ["100mbit"])
     settings = {**given(args, TrainConfig), "out": args.out, "keep_checkpoints": 1}
-    exchange = Options(**given(args, Options, exclude=("seed", "timeout")))
-    base = TrainConfig(**settings, exchange=exchange)
+    # (the protocol every method runs under: --quantize-last, --min-numel)
+    protocol = Options(**given(args, Options, exclude=("seed", "timeout")))
+    base = TrainConfig(**settings, method=Method(exchange=protocol))
     above_fp32 = args.target_loss_above_fp32
     by_loss = args.target_loss is not None or above_fp32 is not None
     if not by_loss:

@@ -264,26 +264,31 @@ def deprecated(message: str) -> None:
 
 # --------------------------------------------------------------------------- the exchange
 
+#: the exchange's options that are a training run's own settings (TrainConfig's flags)
+RUN_OWN = ("seed", "timeout", "kernels", "full_precision_steps")
 #: the quantizer options that have flags of their own (any quantizer that takes them)
 QUANTIZER_FLAGS = ("clip", "bucket_size", "levels", "packing")
 
 
 def add_exchange_flags(parser: argparse.ArgumentParser, groups: dict[str, Any]) -> None:
     """The "exchange" option group: ``--method``, every field of
-    :class:`~terngrad.comm.Options` but the run's seed and timeout (``--quantize-last`` is
+    :class:`~terngrad.comm.Options` but the run's own (seed, timeout, kernels, full-precision
+    steps: :class:`~terngrad.train.config.TrainConfig`'s flags) (``--quantize-last`` is
     ``quantize_last``) and the quantizer options; :func:`exchange_settings` reads them."""
     from terngrad.comm import Options
 
     g = groups.setdefault("exchange", parser.add_argument_group("exchange"))
     g.add_argument(
         "--method", metavar="NAME",
-        help="train the way of this method (docs/methods.md: its exchange, optimizer recipe "
-        "and warm-up, or PyTorch's baseline); the flags below are put over it",
+        help="train the way of this method (docs/methods.md: its exchange, optimizer recipe, "
+        "warm-up and local steps, or PyTorch's baseline; default terngrad); a flag below or of "
+        "local steps adds what the method leaves at its default, and one that contradicts it "
+        "is refused",
     )  # fmt: skip
     g.add_argument(
         "--preset", dest="method", action=Deprecated, new="--method", help=argparse.SUPPRESS,
     )  # fmt: skip
-    add_settings(parser, Options, exclude=("seed", "timeout"), groups=groups)
+    add_settings(parser, Options, exclude=RUN_OWN, groups=groups)
     g.add_argument("--clip", type=positive_float, help="clip at CLIP sigma (TernGrad: 2.5)")
     g.add_argument("--no-clip", action="store_true", help="no clipping")
     g.add_argument("--bucket-size", type=positive_int, help="elements per scale")
@@ -303,4 +308,4 @@ def exchange_settings(args: argparse.Namespace) -> dict[str, Any]:
     for name in QUANTIZER_FLAGS:
         if getattr(args, name) is not None:
             q_options[name] = getattr(args, name)
-    return {**given(args, Options, exclude=("seed", "timeout")), "quantizer_options": q_options}
+    return {**given(args, Options, exclude=RUN_OWN), "quantizer_options": q_options}

@@ -18,10 +18,12 @@ from terngrad.cli.flags import (
 )
 
 if TYPE_CHECKING:  # (the commands import the training layer when they run)
-    from terngrad.train.config import TrainConfig
+    pass
 
 
 def add(sub: argparse._SubParsersAction) -> None:
+    from terngrad.comm.spec.local import LocalSteps
+    from terngrad.comm.spec.method_spec import BASELINES
     from terngrad.train.config import TrainConfig
 
     p = sub.add_parser("demo", help="LeNet on MNIST, 4 workers, fp32 against TernGrad")
@@ -32,6 +34,15 @@ def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a model with N workers")
     groups = add_settings(p, TrainConfig, exclude=("out",))
     add_exchange_flags(p, groups)
+    add_settings(p, LocalSteps, groups=groups)
+    g = groups.setdefault("baseline", p.add_argument_group("baseline"))
+    g.add_argument(
+        "--baseline", choices=list(BASELINES),
+        help="PyTorch's own averaging instead of terngrad's hook: DDP's fp32 all-reduce, "
+        "fp16_compress_hook, or powerSGD_hook (one bucket): the methods fp32, fp16, powersgd",
+    )  # fmt: skip
+    g.add_argument("--powersgd-rank", type=positive_int, metavar="R",
+                   help="with --baseline powersgd: its low-rank factors' rank (2)")  # fmt: skip
     g = groups.setdefault("output", p.add_argument_group("output"))
     g.add_argument("--out", required=True, help="output folder (resumes from its checkpoint)")
     g.add_argument("--resume", help="start from this checkpoint file (default: --out's newest)")
@@ -51,42 +62,39 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 def config(args: argparse.Namespace, **fixed: Any):
     """The run's :class:`~terngrad.train.config.TrainConfig` from the training flags (and
-    ``fixed`` settings of the command), checked where it is made; with ``--method``, that
-    method's (:func:`~terngrad.train.configure.configure`), the exchange flags given put over
-    it, and a flag of what the method decides otherwise (``--local-steps 8`` with a method
-    whose H is 1) refused in one line."""
+    ``fixed`` settings of the command), checked where it is made: ``--method`` (by default
+    ``terngrad``, or PyTorch's ``--baseline``) with the exchange and local-steps flags put over
+    it by the one rule (:func:`~terngrad.comm.spec.over.over`): a flag of what the method
+    leaves at its default adds to it (the run's method is then named with it), a flag of what
+    it sets otherwise (``--local-steps 8`` with ``terngrad-local16``) is refused in one
+    line."""
     from terngrad.comm import Options
     from terngrad.comm.spec import methods
+    from terngrad.comm.spec.local import LocalSteps
+    from terngrad.comm.spec.method_spec import Method
+    from terngrad.comm.spec.over import over
     from terngrad.train.config import TrainConfig
-    from terngrad.train.configure import METHOD_SETTINGS, configure, refuse_disagreements
 
     settings = {**given(args, TrainConfig), **fixed}
     exchange = exchange_settings(args)
-    if args.method is None:
-        return _outer_read(TrainConfig(**settings, exchange=Options(**exchange)), settings)
-    if settings.get("baseline") is not None:
-        raise ValueError("give --method or --baseline, not both (fp32, fp16, powersgd are methods)")
-    base = TrainConfig(**{k: v for k, v in settings.items() if k not in METHOD_SETTINGS})
-    method = methods.get(args.method)
-    over = {k: v for k, v in exchange.items() if k != "full_precision_steps"}
-    cfg = configure(method, base, base.out, over, exchange.get("full_precision_steps"))
-    refuse_disagreements(cfg, method, settings, exchange, spelling(TrainConfig, Options))
-    return _outer_read(cfg, settings)
-
-
-def _outer_read(cfg: TrainConfig, settings: dict[str, Any]) -> TrainConfig:
-    """``cfg``, unless a setting of the outer step was given for a run without local steps,
-    which would record it and never read it: refused in one line."""
-    if cfg.local_steps == 1:
-        for name in ("outer_lr", "outer_momentum"):
-            if name in settings:
-                flag = "--" + name.replace("_", "-")
-                raise ValueError(
-                    f"{flag} {settings[name]} sets the outer step of local steps, and this run "
-                    "has none: give --local-steps, or a method with local steps "
-                    "(terngrad-local16), or leave it out"
-                )
-    return cfg
+    local = given(args, LocalSteps)
+    if args.baseline is not None:
+        if args.method is not None:
+            raise ValueError(
+                "give --method or --baseline, not both (fp32, fp16, powersgd are methods)"
+            )
+        rank = {} if args.powersgd_rank is None else {"powersgd_rank": args.powersgd_rank}
+        method = Method(baseline=args.baseline, **rank)
+    elif args.powersgd_rank is not None:
+        raise ValueError(
+            f"--powersgd-rank is PowerSGD's rank: give --method powersgd-r{args.powersgd_rank}"
+        )
+    else:
+        method = methods.get(args.method or "terngrad")
+    if not exchange["quantizer_options"]:
+        del exchange["quantizer_options"]
+    method = over(method, exchange, local, spelling(TrainConfig, Options, LocalSteps))
+    return TrainConfig(**settings, method=method)
 
 
 def train(args: argparse.Namespace) -> int:
@@ -109,7 +117,8 @@ def train(args: argparse.Namespace) -> int:
             f"{summary['bytes_sent_per_rank'] / 1e6:.2f} MB sent by rank 0 "
             f"({summary['bytes_sent_per_step']:,.0f} bytes a step)"
             if summary["bytes_sent_per_rank"] is not None
-            else f"PyTorch's {cfg.baseline} averaging (bytes not counted outside the testbed)"
+            else f"PyTorch's {cfg.method.baseline} averaging (bytes not counted outside the "
+            "testbed)"
         )
         score = (
             f"validation {summary['bits_per_char']:.3f} bits/char"

@@ -15,7 +15,13 @@ What goes wrong between ranks, for all of them: :mod:`terngrad.comm.errors`.
 """
 
 from terngrad.comm.errors import CollectiveFailed, ExchangeMismatch
-from terngrad.comm.exchanges.exchange import AGGREGATES, Exchange, Result, shard_bounds
+from terngrad.comm.exchanges.exchange import (
+    AGGREGATES,
+    Exchange,
+    ExchangeSettings,
+    Result,
+    shard_bounds,
+)
 from terngrad.comm.exchanges.link import ByteCounter, Link
 from terngrad.comm.exchanges.topologies import (
     TOPOLOGIES,
@@ -46,6 +52,7 @@ __all__ = [
     "ErrorFeedback",
     "Exchange",
     "ExchangeMismatch",
+    "ExchangeSettings",
     "Link",
     "Options",
     "OwnScalesExchange",

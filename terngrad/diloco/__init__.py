@@ -56,9 +56,10 @@ TernGrad's sharded exchange moves ~3.6 bits an element at 4 ranks once every ``H
 against DDP's 48 bits every step: at ``H = 16``, ~200x fewer bytes per inner step.
 """
 
+from terngrad.comm.spec.local import LocalSteps
 from terngrad.diloco.outer import DiLoCo
 from terngrad.diloco.stats import DiLoCoStats
-from terngrad.local_steps import AUTO_PROBE_STEPS, check_outer_settings, choose_local_steps
+from terngrad.local_steps import AUTO_PROBE_STEPS, choose_local_steps
 
 # the public classes' home is this package (their reprs and pickles name it)
 DiLoCo.__module__ = __name__
@@ -68,6 +69,6 @@ __all__ = [
     "AUTO_PROBE_STEPS",
     "DiLoCo",
     "DiLoCoStats",
-    "check_outer_settings",
+    "LocalSteps",
     "choose_local_steps",
 ]

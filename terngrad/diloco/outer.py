@@ -23,11 +23,9 @@ from terngrad.diloco.state import KIND, STATE_FORMAT, check_state
 from terngrad.diloco.stats import DiLoCoStats
 from terngrad.local_steps import (
     LOCAL_STEPS,
-    MAX_COMM_SHARE,
-    OUTER_LR,
-    OUTER_MOMENTUM,
-    check_outer_settings,
-    local_steps_of,
+    LocalSteps,
+    auto_choices,
+    local_of,
     outer_sgd,
     replicas_apart,
 )
@@ -36,16 +34,21 @@ from terngrad.util.state_kinds import check_optimizer, on_meta
 
 __all__ = ["DiLoCo", "DiLoCoStats"]
 
+_choices = auto_choices  # (DiLoCo's keyword of that name hides the function)
+
 
 class DiLoCo:
     """Local steps on ``model`` (a module, or a DDP model whose every-step all-reduce is then
     replaced by a no-op hook) with ``inner_optimizer`` (owning every trainable parameter of
     the model, and no other), an outer step every ``local_steps`` calls of :meth:`step`.
 
-    ``method``: a method of the table (a name, ``"terngrad-local16"``, or a
-    :class:`~terngrad.comm.spec.methods.Method`), whose ``H``, overlap and exchange this runs;
-    a ``local_steps`` or ``overlap`` given that is not the method's is refused in one line (a
-    method without local steps gives the exchange, ``local_steps`` the ``H``).
+    ``method``: a method (a name, ``"terngrad-local16"``, or a
+    :class:`~terngrad.comm.spec.methods.Method`), whose local steps and exchange this runs;
+    the keywords below are put over it by the one rule (:mod:`terngrad.comm.spec.over`): one
+    the method leaves at its default may be given, one it sets otherwise is refused in one
+    line (a method without local steps gives the exchange, ``local_steps`` the ``H``).
+    ``local``: a ready :class:`~terngrad.comm.spec.local.LocalSteps`, in place of its keywords.
+    A keyword left out (``None``) is the method's, else :class:`LocalSteps`' default.
     ``local_steps``: ``H`` (by default :data:`~terngrad.local_steps.LOCAL_STEPS`), or
     ``"auto"`` (chosen at the :data:`AUTO_PROBE_STEPS`-th inner
     step so that the exchange takes at most ``max_comm_share`` of the time, from
@@ -69,31 +72,34 @@ class DiLoCo:
         quantizer: str | Quantizer = "terngrad",
         topology: str = "sharded",
         *,
-        outer_lr: float = OUTER_LR,
-        outer_momentum: float = OUTER_MOMENTUM,
+        outer_lr: float | None = None,
+        outer_momentum: float | None = None,
         nesterov: bool | None = None,
         overlap: bool | None = None,
-        max_comm_share: float = MAX_COMM_SHARE,
+        max_comm_share: float | None = None,
         auto_choices: Sequence[int] | None = None,
         options: Options | None = None,
+        local: LocalSteps | None = None,
         **settings: Any,
     ) -> None:
         module = plain_module(model)
-        local_steps, overlap = local_steps_of(settings, local_steps, overlap, unset=(None, None))
-        local_steps = LOCAL_STEPS if local_steps is None else local_steps
-        overlap = False if overlap is None else overlap
-        choices = check_outer_settings(local_steps, outer_lr, outer_momentum, nesterov, overlap,
-                                       max_comm_share, auto_choices)  # fmt: skip
+        keywords = dict(local_steps=local_steps, outer_lr=outer_lr, overlap=overlap,
+                        outer_momentum=outer_momentum, nesterov=nesterov,
+                        max_comm_share=max_comm_share)  # fmt: skip
+        if local is not None:
+            if any(v is not None for v in keywords.values()):
+                raise ValueError("give DiLoCo local=LocalSteps(...) or its keywords, not both")
+            keywords = local.keywords()
+        #: the settings of the local steps (``local.every``: ``H`` as given; ``"auto"`` stays)
+        self.local = local = local_of(settings, LOCAL_STEPS, **keywords)
+        choices = _choices(auto_choices)
         check_owner(module, inner_optimizer)
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError(
                 "terngrad.diloco needs torch.distributed initialised: call "
                 "torch.distributed.init_process_group(...) first (torchrun sets its environment)"
             )
-        mine = {"local_steps": local_steps, "outer_lr": float(outer_lr),
-                "outer_momentum": float(outer_momentum), "nesterov": nesterov,
-                "overlap": overlap, "max_comm_share": float(max_comm_share),
-                "auto_choices": choices}  # fmt: skip
+        mine = {**local.keywords(), "auto_choices": choices}
         problems = differing_ranks(mine)
         if problems:
             raise ValueError(
@@ -102,8 +108,12 @@ class DiLoCo:
             )
         self.model, self.module, self.inner_optimizer = model, module, inner_optimizer
         #: ``H``: an integer, or ``"auto"`` until the :data:`AUTO_PROBE_STEPS`-th inner step
-        self.local_steps: int | str = local_steps
-        self.overlap, self.max_comm_share, self.auto_choices = overlap, max_comm_share, choices
+        self.local_steps: int | str = local.every
+        self.overlap, self.max_comm_share, self.auto_choices = (
+            local.overlap,
+            local.max_comm_share,
+            choices,
+        )
         #: the exchange of the pseudo-gradients (rank 0's parameters broadcast when made)
         self.exchange = Synchronizer(module, quantizer, topology, options=options, **settings)
         self.params = self.exchange.params
@@ -117,17 +127,17 @@ class DiLoCo:
         self.anchor = [p.detach().clone() for p in self.params]
         for a in self.anchor:
             a.requires_grad_(True)
-        self.outer_optimizer = outer_sgd(self.anchor, outer_lr, outer_momentum, nesterov)
+        self.outer_optimizer = outer_sgd(self.anchor, local)
         self.inner_steps = self.outer_steps = self.skipped_outer_steps = 0
         #: ``local_steps="auto"``: what it measured (seconds of an inner step and of an outer
         #: exchange, agreed over the ranks) and chose
         self.auto: dict[str, float] | None = None
         self._chooser = (
-            AutoLocalSteps(self.exchange, max_comm_share, choices)
-            if local_steps == "auto"
+            AutoLocalSteps(self.exchange, local.max_comm_share, choices)
+            if local.every == "auto"
             else None
         )
-        self._in_flight = InFlight(self.exchange) if overlap else None
+        self._in_flight = InFlight(self.exchange) if local.overlap else None
         #: overlap: where each replica restarted (the anchor moved by its own Δ in flight)
         self._starts: list[torch.Tensor] | None = None
 

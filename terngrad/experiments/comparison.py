@@ -12,6 +12,7 @@ lenet|cifar|fashion|orq|transformer`` and ``bench accuracy`` are such declaratio
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import statistics
 import time
@@ -97,6 +98,19 @@ class Comparison(ABC):
         """Write the comparison's results into ``out``; returns them as Markdown."""
 
 
+def at_rates(cfg: TrainConfig, lr: float | None = None,
+             outer_lr: float | None = None) -> TrainConfig:  # fmt: skip
+    """``cfg`` at a tuned ``lr`` and, for a method of local steps, ``outer_lr`` (its outer
+    step's: the method's local steps at that rate; ``None``: as it is)."""
+    if lr is not None:
+        cfg = cfg.replace(lr=lr)
+    local = cfg.method.local
+    if outer_lr is None or local is None or local.outer_lr == outer_lr:
+        return cfg
+    return cfg.replace(method=dataclasses.replace(cfg.method, local=local.replace(
+        outer_lr=outer_lr)), full_precision_steps=cfg.full_precision_steps)  # fmt: skip
+
+
 def finished_summary(cfg: TrainConfig) -> dict[str, Any] | None:
     """The summary of a run already trained with these settings (up to what a resumed run may
     change, ``steps`` aside), or ``None``."""
@@ -178,9 +192,9 @@ def bytes_per_step(cfg: TrainConfig, summary: dict[str, Any]) -> float | None:
     all-reduce the ring's ``2 (N-1)/N`` times the gradient's bytes (``None`` for PowerSGD,
     whose bytes are not counted outside the testbed)."""
     sent = summary.get("bytes_sent_per_step")
-    if sent is not None or cfg.baseline not in ("fp32", "fp16"):
+    if sent is not None or cfg.method.baseline not in ("fp32", "fp16"):
         return sent
-    per_value = 2 if cfg.baseline == "fp16" else 4
+    per_value = 2 if cfg.method.baseline == "fp16" else 4
     return 2 * (cfg.workers - 1) * per_value * gradient_numel(cfg) / cfg.workers
 
 

@@ -48,11 +48,10 @@ from typing import Any
 
 from terngrad.comm.spec import methods
 from terngrad.experiments import comparison
-from terngrad.experiments.comparison import Comparison, Run, spread
+from terngrad.experiments.comparison import Comparison, Run, at_rates, spread
 from terngrad.experiments.time_to_accuracy_report import rate_words
 from terngrad.train import models
 from terngrad.train.config import TrainConfig
-from terngrad.train.configure import configure
 from terngrad.util.files import atomic_write_text
 
 #: the goal: validation loss within this fraction of fp32's ...
@@ -143,8 +142,11 @@ class TransformerComparison(Comparison):
         for method in chosen:
             for seed in range(first, first + self.seeds):
                 out = str(Path(self.base.out) / f"{method.name}-s{seed}")
-                base = self.base.replace(seed=seed, **self.per_method.get(method.name, {}))
-                cfg = configure(method, base, out, None, k)
+                cfg = at_rates(
+                    self.base.replace(seed=seed, out=out, method=method,
+                                      full_precision_steps=k if method.warmup else None),
+                    **self.per_method.get(method.name, {}),
+                )  # fmt: skip
                 runs.append(Run(method.name, cfg, f"{method.name} seed {seed}", {"seed": seed}))
         return runs
 
@@ -161,7 +163,7 @@ def _record(r: Run, summary: dict[str, Any]) -> dict[str, Any]:
         "bytes_per_step": comparison.bytes_per_step(cfg, summary),
         "seconds": summary.get("seconds"), "folder": cfg.out,
         "curve": comparison.curve(cfg, "bits_per_char"),
-        "lr": cfg.lr, "outer_lr": cfg.outer_lr if cfg.local_steps != 1 else None,
+        "lr": cfg.lr, "outer_lr": cfg.method.local.outer_lr if cfg.method.local else None,
     }  # fmt: skip
 
 
@@ -208,7 +210,7 @@ def write_results(
          f"within {100 * LOSS_GAP:.0f}%, ≥{BYTES_FACTOR:.0f}x"],
         rows,
     )  # fmt: skip
-    k = max((r.config.exchange.full_precision_steps for r in runs), default=0)
+    k = max((r.config.full_precision_steps or 0 for r in runs), default=0)
     text = (
         f"# TernGrad on a transformer: {base.model} on {base.dataset}, {base.workers} workers, "
         f"{base.steps} steps\n\n{table}\n"

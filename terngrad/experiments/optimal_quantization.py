@@ -43,7 +43,6 @@ from terngrad.comm.spec import methods
 from terngrad.experiments import comparison
 from terngrad.experiments.comparison import Comparison, Run, spread
 from terngrad.train.config import TrainConfig
-from terngrad.train.configure import configure
 from terngrad.util.files import atomic_write_text
 
 #: elements per bucket (one set of scales or levels each) of every method
@@ -75,9 +74,9 @@ EXACT = ("allgather", "all-reduce")
 def exchange_of(run: Run) -> str:
     """``allgather``, ``all-reduce`` (PyTorch's, for fp32), or ``ps/<aggregate>`` for an
     Algorithm 2 row."""
-    x = run.config.exchange
-    if run.config.baseline is not None:
+    if run.config.method.baseline is not None:
         return "all-reduce"
+    x = run.config.hook_options
     return "allgather" if x.topology == "allgather" else f"{x.topology}/{x.aggregate}"
 
 
@@ -152,7 +151,8 @@ class ORQComparison(Comparison):
         base = self.base.replace(seed=seed, warmup_steps=warmup if clipped else 0)
         protocol = {**PROTOCOL, "topology": topology, "aggregate": aggregate,
                     "quantizer_options": {"clip": CLIP if clipped else None}}  # fmt: skip
-        cfg = configure(methods.get(name), base, str(Path(self.base.out) / folder), protocol)
+        cfg = base.replace(out=str(Path(self.base.out) / folder),
+                           method=methods.get(name).under(**protocol))  # fmt: skip
         run = Run(name, cfg, "", {"variant": variant, "seed": seed})
         label = f"{name} {variant} seed {seed} ({exchange_of(run)})"
         return Run(name, cfg, label, run.tags)
@@ -164,13 +164,13 @@ class ORQComparison(Comparison):
 def bits_per_element(cfg: TrainConfig) -> float:
     """Wire bits per gradient element of one worker's message of the run's whole gradient
     (every tensor its own segment): 32 for PyTorch's fp32."""
-    if cfg.baseline is not None:
+    if cfg.method.baseline is not None:
         return 32.0
     from terngrad.train import models
 
     net = models.build(cfg.model, models.default_input_shape(cfg.model), 10, None)
     sizes = [p.numel() for p in net.parameters()]
-    q = cfg.exchange.make_quantizer()
+    q = cfg.hook_options.make_quantizer()
     return 8 * q.message_nbytes(sum(sizes), sizes) / sum(sizes)
 
 

@@ -16,7 +16,6 @@ from terngrad.comm.spec import methods
 from terngrad.experiments.comparison import Comparison, Run
 from terngrad.train import outputs
 from terngrad.train.config import TrainConfig
-from terngrad.train.configure import configure
 from terngrad.train.report import markdown_table, write_curves
 from terngrad.util.files import atomic_write_text
 
@@ -54,9 +53,8 @@ class PaperExperiment(Comparison):
         for n in self.workers:
             for name in COMPARED:
                 folder = str(Path(self.base.out) / f"{name}-{n}w")
-                cfg = configure(
-                    methods.get(name), self.base.replace(workers=n), folder, dict(self.protocol)
-                )
+                method = methods.get(name).under(**dict(self.protocol))
+                cfg = self.base.replace(workers=n, out=folder, method=method)
                 runs.append(Run(name, cfg, f"{name}, {n} workers", {"workers": n}))
         return runs
 
@@ -100,7 +98,7 @@ class PaperExperiment(Comparison):
 
 
 def _tern_settings(runs: list[Run]) -> str:
-    x = next(r.config.exchange for r in runs if r.method == "terngrad")
+    x = next(r.config.hook_options for r in runs if r.method == "terngrad")
     options = dict(x.quantizer_options) or {"clip": 2.5}
     if x.quantize_last and not x.min_numel:
         kept = "every tensor ternarized"

@@ -41,11 +41,10 @@ from terngrad.bench import testbed
 from terngrad.comm.spec import methods
 from terngrad.comm.spec.methods import Method
 from terngrad.experiments import time_to_accuracy_report as report
-from terngrad.experiments.comparison import Comparison, Echo, Observe, Run, Train
+from terngrad.experiments.comparison import Comparison, Echo, Observe, Run, Train, at_rates
 from terngrad.experiments.time_to_accuracy_plot import plot
 from terngrad.train import outputs, run_folder
 from terngrad.train.config import TrainConfig
-from terngrad.train.configure import configure
 from terngrad.train.launch import check_data, check_launch, warm_up_kernels
 from terngrad.util.files import atomic_write_text, read_json
 
@@ -88,7 +87,7 @@ class AccuracyComparison(Comparison):
         _check_target(self.target, self.target_metric)
         if self.seeds < 1:
             raise ValueError(f"seeds must be at least 1, got {self.seeds}")
-        x = self.base.exchange
+        x = self.base.hook_options
         protocol = {"quantize_last": x.quantize_last, "min_numel": x.min_numel}
         stop = self.target if self.stop_at_target else None
         by_loss = self.target_metric == "loss"
@@ -96,10 +95,13 @@ class AccuracyComparison(Comparison):
         for m in methods.select(self.methods):
             for seed in range(self.base.seed, self.base.seed + self.seeds):
                 folder = m.name if self.seeds == 1 else f"{m.name}-s{seed}"
-                base = self.base.replace(seed=seed, stop_at_accuracy=None if by_loss else stop,
-                                         stop_at_loss=stop if by_loss else None,
-                                         **self.per_method.get(m.name, {}))  # fmt: skip
-                cfg = configure(m, base, str(Path(self.base.out) / folder), protocol)
+                cfg = at_rates(
+                    self.base.replace(seed=seed, stop_at_accuracy=None if by_loss else stop,
+                                      stop_at_loss=stop if by_loss else None,
+                                      out=str(Path(self.base.out) / folder),
+                                      method=m.under(**protocol)),
+                    **self.per_method.get(m.name, {}),
+                )  # fmt: skip
                 label = f"{m.name} ({m.label})" + (f" seed {seed}" if self.seeds > 1 else "")
                 runs.append(Run(m.name, cfg, label, {"seed": seed}))
         return runs

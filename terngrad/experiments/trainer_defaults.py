@@ -210,8 +210,7 @@ def counted_bytes(model: torch.nn.Module, setting: Setting | None,
     if setting is None:
         return float(fp32), fp32
     callback = setting.callback()
-    h = callback.local["local_steps"] if callback.local else 1
-    method = Method(exchange=callback.options, local_steps=h)
+    method = Method(exchange=callback.options, local=callback.local)
     sent = sum(t.ranks[0].sent * t.weight for t in transfers(profile, method, world))
     return sent, fp32
 
@@ -262,7 +261,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     setting = SETTINGS[args.setting]
     made = None if setting is None else setting.callback().local
-    local = 1 if made is None else made["local_steps"]
+    local = 1 if made is None else made.every
     for name in ("steps", "eval_every"):
         value = getattr(args, name)
         if value < 1 or (isinstance(local, int) and value % local):

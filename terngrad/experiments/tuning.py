@@ -37,7 +37,15 @@ from typing import Any, Protocol
 
 from terngrad.comm.spec import methods
 from terngrad.experiments import comparison
-from terngrad.experiments.comparison import Comparison, Echo, Observe, Run, RunStopped, Train
+from terngrad.experiments.comparison import (
+    Comparison,
+    Echo,
+    Observe,
+    Run,
+    RunStopped,
+    Train,
+    at_rates,
+)
 from terngrad.experiments.time_to_accuracy_report import target_words
 from terngrad.experiments.tuning_record import (
     RECORD,
@@ -104,6 +112,13 @@ def _middle_out(values: Sequence[Any]) -> list[Any]:
     ordered = sorted(values, key=lambda v: -math.inf if v is None else v)
     middle = (len(ordered) - 1) / 2
     return sorted(ordered, key=lambda v: (abs(ordered.index(v) - middle), -ordered.index(v)))
+
+
+def _recipe(cfg: TrainConfig) -> dict[str, Any]:
+    """What a tuning was made for, of its race's base: every setting but the rates, the seed,
+    the folder and what a resumed run may change."""
+    ignore = {"out", "lr", "seed", *RESUMABLE_CHANGES}
+    return {k: v for k, v in cfg.settings().items() if k not in ignore}
 
 
 def folder_name(method: str, lr: float, outer_lr: float | None) -> str:
@@ -181,10 +196,8 @@ class LrTuning(Comparison):
         runs = []
         for r in self.inner.plan():
             for lr, outer in self.grid.points(methods.get(r.method)):
-                cfg = r.config.replace(
-                    lr=lr, outer_lr=r.config.outer_lr if outer is None else outer,
-                    out=str(self.out / folder_name(r.method, lr, outer)),
-                )  # fmt: skip
+                folder = str(self.out / folder_name(r.method, lr, outer))
+                cfg = at_rates(r.config.replace(out=folder), lr, outer)
                 label = f"{r.method} lr {lr:g}" + ("" if outer is None else f" outer lr {outer:g}")
                 runs.append(Run(r.method, cfg, label, {"lr": lr, "outer_lr": outer}))
         return runs
@@ -192,10 +205,8 @@ class LrTuning(Comparison):
     def key(self) -> dict[str, Any]:
         """What the tuning was made for: the model and recipe (every setting but the rates, the
         seed, the folder and what a resumed run may change), the target, the seed."""
-        ignore = {"out", "lr", "outer_lr", "seed", *RESUMABLE_CHANGES}
-        settings = self.base.settings()
         return {
-            "recipe": {k: v for k, v in settings.items() if k not in ignore},
+            "recipe": _recipe(self.base),
             "target_metric": self.target_metric,
             # a loss target chooses by the lowest final loss: the target itself plays no part
             "target": self.target,
@@ -215,7 +226,10 @@ class LrTuning(Comparison):
         if path.exists():
             made_for = read_json(path, "tuning record").get("key", {})
             key = self.key()
-            changed = differences(made_for.get("recipe", {}), key["recipe"])
+            recipe = made_for.get("recipe", {})
+            if "method" not in recipe:  # an older version's layout: its fields read as today's
+                recipe = _recipe(TrainConfig.from_dict({"out": ".", **recipe}))
+            changed = differences(recipe, key["recipe"])
             changed += differences({k: v for k, v in made_for.items() if k != "recipe"},
                                    {k: v for k, v in key.items() if k != "recipe"})  # fmt: skip
             if changed:

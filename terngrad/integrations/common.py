@@ -1,6 +1,6 @@
-"""What the framework integrations share: dropping a skipped step's gradients, the warning for one
-process, the refusal of loss scaling, and the route of a model the framework sharded with
-FSDP2's ``fully_shard`` to :func:`terngrad.fsdp.register`."""
+"""What the framework integrations share: the local steps a callback runs, dropping a skipped
+step's gradients, the warning for one process, the refusal of loss scaling, and the route of a
+model the framework sharded with FSDP2's ``fully_shard`` to :func:`terngrad.fsdp.register`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,27 @@ from typing import Any
 from torch import nn
 
 import terngrad.fsdp
+from terngrad.comm.spec.local import LocalSteps
 from terngrad.comm.spec.options import Options
+from terngrad.local_steps import local_of
+
+
+def callback_local(settings: dict[str, Any], **keywords: Any) -> LocalSteps | None:
+    """The local steps a callback runs (``None``: the hook every step): the method's in
+    ``settings`` with the ``keywords`` over it, as :class:`terngrad.diloco.DiLoCo` takes them
+    (:func:`~terngrad.local_steps.local_of`), where the callback's ``H`` is 1 unless given. A
+    setting of the outer step given without local steps is refused in one line."""
+    local = local_of(settings, 1, **keywords)
+    if local.every != 1:
+        return local
+    plain = LocalSteps(1).keywords()
+    if local.keywords() != plain:
+        name = next(k for k, v in local.keywords().items() if v != plain[k])
+        raise ValueError(
+            f"{name}={keywords.get(name)!r} is a setting of local steps, and the callback has "
+            "none: give local_steps too (or a method with local steps), or leave it out"
+        )
+    return None
 
 
 def drop_gradients(optimizer: Any) -> None:
@@ -50,7 +70,7 @@ def fully_sharded(model: nn.Module) -> bool:
 
 
 def register_sharded(model: nn.Module, options: Options | None,
-                     local: dict[str, Any] | None) -> terngrad.fsdp.State:  # fmt: skip
+                     local: LocalSteps | None) -> terngrad.fsdp.State:  # fmt: skip
     """TernGrad as the reduce-scatter of every FSDP module of ``model``, which the framework
     ``fully_shard``-ed (:func:`terngrad.fsdp.register`, with the callback's ``options``; None:
     the defaults). Local steps are refused first, before any collective: they average whole

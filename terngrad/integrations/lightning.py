@@ -43,16 +43,16 @@ from terngrad.comm.front.ddp_model import check_registrable
 from terngrad.comm.front.hook import State, hook
 from terngrad.comm.spec.methods import hook_options
 from terngrad.comm.spec.options import Options
-from terngrad.diloco import DiLoCo, check_outer_settings
+from terngrad.diloco import DiLoCo
 from terngrad.integrations import checkpoints
 from terngrad.integrations.common import (
+    callback_local,
     drop_gradients,
     fully_sharded,
     loss_scaling_refused,
     register_sharded,
     warn_one_process,
 )
-from terngrad.local_steps import MAX_COMM_SHARE, OUTER_LR, OUTER_MOMENTUM, local_steps_of
 
 try:  # the unified package, or the standalone one
     from lightning.pytorch import Callback
@@ -72,19 +72,15 @@ class TernGradCallback(Callback):
     """
 
     def __init__(self, quantizer: str = "terngrad", topology: str = "sharded", *,
-                 state: State | None = None, local_steps: int | str = 1,
-                 outer_lr: float = OUTER_LR, outer_momentum: float = OUTER_MOMENTUM,
-                 overlap: bool = False, max_comm_share: float = MAX_COMM_SHARE,
-                 **settings: Any) -> None:  # fmt: skip
+                 state: State | None = None, local_steps: int | str | None = None,
+                 outer_lr: float | None = None, outer_momentum: float | None = None,
+                 nesterov: bool | None = None, overlap: bool | None = None,
+                 max_comm_share: float | None = None, **settings: Any) -> None:  # fmt: skip
         super().__init__()
-        local_steps, overlap = local_steps_of(settings, local_steps, overlap)
-        local = dict(local_steps=local_steps, outer_lr=outer_lr, outer_momentum=outer_momentum,
-                     overlap=overlap, max_comm_share=max_comm_share)  # fmt: skip
-        check_outer_settings(**local)
-        #: DiLoCo's settings, when training with local steps (``local_steps`` other than 1)
-        self.local = local if local_steps != 1 else None
-        if self.local is None and overlap:
-            raise ValueError("overlap overlaps the outer exchange of local steps: give local_steps")
+        #: DiLoCo's settings, when training with local steps (``None``: the hook every step)
+        self.local = callback_local(settings, local_steps=local_steps, outer_lr=outer_lr,
+                                    outer_momentum=outer_momentum, nesterov=nesterov,
+                                    overlap=overlap, max_comm_share=max_comm_share)  # fmt: skip
         if self.local is not None and state is not None:
             raise ValueError("local steps make their own exchange: give no state=... with them")
         defaults = not settings and (quantizer, topology) == ("terngrad", "sharded")
@@ -135,7 +131,7 @@ class TernGradCallback(Callback):
                 )
             optimizer = trainer.optimizers[0]
             optimizer = getattr(optimizer, "_optimizer", optimizer)  # a LightningOptimizer
-            self.state = DiLoCo(model, optimizer, options=self._options, **self.local)
+            self.state = DiLoCo(model, optimizer, options=self._options, local=self.local)
             self._global_step = trainer.global_step
             return
         if any(s is self.state for _, s in model._comm_hooks):

@@ -77,16 +77,16 @@ from terngrad.comm.exchanges.traffic import ring_bytes
 from terngrad.comm.front.hook import State
 from terngrad.comm.rank.momentum import MomentumSource
 from terngrad.comm.spec.methods import hook_options
-from terngrad.diloco import DiLoCo, check_outer_settings
+from terngrad.diloco import DiLoCo
 from terngrad.integrations import accelerate, checkpoints
 from terngrad.integrations.common import (
+    callback_local,
     drop_gradients,
     fully_sharded,
     loss_scaling_refused,
     register_sharded,
     warn_one_process,
 )
-from terngrad.local_steps import MAX_COMM_SHARE, OUTER_LR, OUTER_MOMENTUM, local_steps_of
 
 __all__ = ["DEFAULT_METHOD", "TernGradCallback"]
 
@@ -117,18 +117,14 @@ class TernGradCallback(TrainerCallback):
     """
 
     def __init__(self, quantizer: str | None = None, topology: str = "sharded", *,
-                 local_steps: int | str = 1, outer_lr: float = OUTER_LR,
-                 outer_momentum: float = OUTER_MOMENTUM, overlap: bool = False,
-                 max_comm_share: float = MAX_COMM_SHARE,
+                 local_steps: int | str | None = None, outer_lr: float | None = None,
+                 outer_momentum: float | None = None, nesterov: bool | None = None,
+                 overlap: bool | None = None, max_comm_share: float | None = None,
                  **settings: Any) -> None:  # fmt: skip
-        local_steps, overlap = local_steps_of(settings, local_steps, overlap)
-        local = dict(local_steps=local_steps, outer_lr=outer_lr, outer_momentum=outer_momentum,
-                     overlap=overlap, max_comm_share=max_comm_share)  # fmt: skip
-        check_outer_settings(**local)
-        #: DiLoCo's settings, when training with local steps (``local_steps`` other than 1)
-        self.local = local if local_steps != 1 else None
-        if self.local is None and overlap:
-            raise ValueError("overlap overlaps the outer exchange of local steps: give local_steps")
+        #: DiLoCo's settings, when training with local steps (``None``: the hook every step)
+        self.local = callback_local(settings, local_steps=local_steps, outer_lr=outer_lr,
+                                    outer_momentum=outer_momentum, nesterov=nesterov,
+                                    overlap=overlap, max_comm_share=max_comm_share)  # fmt: skip
         if quantizer is None and not {"method", "preset"} & set(settings):
             settings["method"] = DEFAULT_METHOD
         self.options = hook_options(quantizer or "terngrad", topology, **settings)
@@ -186,7 +182,7 @@ class TernGradCallback(TrainerCallback):
             )
         if self.local is not None:
             optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # accelerate's
-            self.state = DiLoCo(ddp, optimizer, options=self.options, **self.local)
+            self.state = DiLoCo(ddp, optimizer, options=self.options, local=self.local)
         else:
             self.state = accelerate.register(
                 trainer.accelerator, wrapped, options=self.options, optimizer=momentum

@@ -78,11 +78,11 @@ def _check(ckpt: dict[str, Any], cfg: TrainConfig) -> None:
     generator_size = torch.get_rng_state().shape
     for rank, state in enumerate(ckpt["rng_states"]):
         check_generator(f"generator of rank {rank}", state, generator_size)
-    if cfg.baseline is None and cfg.local_steps != 1:
+    if cfg.method.local is not None:
         for rank, state in enumerate(ckpt["hook_states"]):
             _check_diloco_state(rank, state, cfg, model, ckpt["step"])
         _check_alike(ckpt["hook_states"])
-    elif cfg.baseline is None:  # (PyTorch's baselines keep no hook state)
+    elif cfg.method.baseline is None:  # (PyTorch's baselines keep no hook state)
         for rank, state in enumerate(ckpt["hook_states"]):
             _check_hook_state(rank, state, cfg, model)
     _check_records(ckpt, cfg.workers)
@@ -165,10 +165,12 @@ def _check_diloco_state(rank: int, state: Any, cfg: TrainConfig, model: nn.Modul
     params = [p for _, p in _exchanged(model)]
     with torch.device("meta"):
         anchor = [torch.empty_like(p, requires_grad=True) for p in params]
-    outer = outer_sgd(anchor, cfg.outer_lr, cfg.outer_momentum)
+    local = cfg.method.local
+    assert local is not None
+    outer = outer_sgd(anchor, local)
     fixed = {k: outer.param_groups[0][k] for k in ("lr", "momentum", "nesterov")}
     try:  # (DiLoCo.load_state_dict's own check: one wording)
-        check_state(state, [tuple(p.shape) for p in params], cfg.local_steps, cfg.outer_overlap,
+        check_state(state, [tuple(p.shape) for p in params], local.every, local.overlap,
                     local_step_choices(cfg) or [], fixed)  # fmt: skip
     except ValueError as exc:
         raise _Misfit(f"its {what}: {exc}") from None

@@ -19,11 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from terngrad.comm import Options
+from terngrad.comm.spec.local import LocalSteps
 from terngrad.comm.spec.method_spec import FrozenVariance, LocalVariance, Method
+from terngrad.comm.spec.methods import get as get_method
 from terngrad.comm.spec.options import MAX_TIMEOUT
-from terngrad.local_steps import AUTO_PROBE_STEPS, MAX_COMM_SHARE, OUTER_LR, OUTER_MOMENTUM
-from terngrad.train import baselines, models, schedule
+from terngrad.kernels import KERNELS
+from terngrad.local_steps import AUTO_PROBE_STEPS
 from terngrad.train import data as datasets
+from terngrad.train import models, schedule
 from terngrad.util.differences import differences
 from terngrad.util.settings import (
     FRACTION,
@@ -32,8 +35,6 @@ from terngrad.util.settings import (
     NON_NEGATIVE_INT,
     POSITIVE,
     POSITIVE_INT,
-    POSITIVE_INT_OR_AUTO,
-    SHARE,
     Range,
     check_settings,
     setting,
@@ -41,7 +42,7 @@ from terngrad.util.settings import (
 
 DEFAULT_TIMEOUT = 300.0  # seconds any collective of a training run may wait
 DEFAULT_BATCH = 64  # examples per worker unless a batch size is given
-OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "frozen-adamw", "local-adamw")
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 SCHEDULES = schedule.SCHEDULES
 #: fields that may change when a run is resumed (extending it, evaluating more often, moving it)
 RESUMABLE_CHANGES = (
@@ -52,7 +53,7 @@ RESUMABLE_CHANGES = (
 #: settings that may differ between the nodes of one run (paths, threads, what is printed)
 PER_NODE = ("out", "data_dir", "workers_threads", "progress", "kernels")
 #: the exchange's options that a training run sets itself (:attr:`TrainConfig.hook_options`)
-RUN_LEVEL = ("seed", "timeout")
+RUN_LEVEL = ("seed", "timeout", "kernels", "full_precision_steps")
 
 _SECONDS = Range(float, lambda v: 0 < v <= MAX_TIMEOUT, "a positive number of seconds, at most "
                  f"{MAX_TIMEOUT:.0f} (a year)")  # fmt: skip
@@ -92,21 +93,22 @@ class TrainConfig:
     data_dir: str | None = setting(None, "folder of the data set's files (CIFAR-10: required)",
                                    _MODEL)  # fmt: skip
     workers: int = setting(4, "processes (total)", _WORKERS, POSITIVE_INT)
-    #: how gradients are exchanged (its seed and timeout are the run's: :attr:`hook_options`)
-    exchange: Options = field(default_factory=Options)
-    baseline: str | None = setting(
-        None,
-        "PyTorch's own averaging instead of terngrad's hook: DDP's fp32 all-reduce, "
-        "fp16_compress_hook, or powerSGD_hook (one bucket); the exchange flags are then unused",
-        "baseline",
-        choices=lambda: baselines.BASELINES,
-    )
-    #: PowerSGD's ``matrix_approximation_rank`` (the method ``powersgd-r8``: 8)
-    powersgd_rank: int = setting(
-        baselines.POWERSGD_RANK, "with --baseline powersgd: the rank of its low-rank factors",
-        "baseline", POSITIVE_INT, metavar="R",
+    #: how the run averages (:mod:`terngrad.comm.spec.methods`): PyTorch's baseline, or
+    #: terngrad's exchange with its optimizer recipe, warm-up share and local steps; a name is
+    #: read into the method (its seed, timeout and kernels are the run's: :attr:`hook_options`)
+    method: Method = field(default_factory=lambda: Method(exchange=Options()))
+    kernels: str = setting(
+        "auto", "encode/decode kernels: auto, numba, triton or torch (the reference)",
+        "exchange", choices=lambda: KERNELS, metavar="NAME",
     )  # fmt: skip
-    optimizer: str = setting("momentum", "", _OPT, choices=lambda: OPTIMIZERS)
+    #: the method's full-precision warm-up in steps (``None``: its share of ``steps``, at
+    #: least 1, where it has one; 0 without); resolved where the config is made
+    full_precision_steps: int | None = setting(
+        None, "average in full precision for the first K steps, then quantize", "exchange",
+        NON_NEGATIVE_INT, metavar="K", default_words="the method's warm-up share of --steps",
+    )  # fmt: skip
+    optimizer: str = setting("momentum", "(an optimizer recipe of the method runs over adamw)",
+                             _OPT, choices=lambda: OPTIMIZERS)  # fmt: skip
     lr: float = setting(0.01, "learning rate", _OPT, POSITIVE)
     momentum: float = setting(0.9, "[0, 1)", _OPT, FRACTION)
     weight_decay: float = setting(0.0, "", _OPT, NON_NEGATIVE)
@@ -119,44 +121,10 @@ class TrainConfig:
         0.0, "the same warm-up, in epochs of the training set (the ORQ paper: 5)", _OPT,
         NON_NEGATIVE,
     )  # fmt: skip
-    #: frozen-adamw: the steps of plain AdamW before its variance freezes and the hook
-    #: exchanges its momentum (terngrad.optim.FrozenVarianceAdamW)
-    freeze_after: int = setting(
-        0, "frozen-adamw: AdamW for the first N steps, then the variance frozen and the "
-        "momentum exchanged", _OPT, NON_NEGATIVE_INT, metavar="N",
-    )  # fmt: skip
-    #: local-adamw: the ranks average their variances at steps 1, 2, 4, ... below N and every
-    #: N-th step (terngrad.optim.LocalVarianceAdamW); None: 100
-    variance_sync: int | None = setting(
-        None, "local-adamw: the ranks average the variances of their own gradients at steps "
-        "1, 2, 4, ... below N and every N-th step", _OPT, POSITIVE_INT, metavar="N",
-        default_words="100",
-    )  # fmt: skip
-    #: local steps (DiLoCo, :class:`terngrad.diloco.DiLoCo`): the inner steps between two
-    #: averages of what the replicas moved; 1: the exchange every step (the DDP hook)
-    local_steps: int | str = setting(
-        1, "inner steps between outer steps: each rank trains its own replica H steps, then the "
-        "ranks average what it moved through the exchange (DiLoCo); 1: every step; auto: H "
-        "measured so that the exchange takes at most --max-comm-share of the time", _OPT,
-        POSITIVE_INT_OR_AUTO, metavar="H",
-    )  # fmt: skip
-    #: the outer exchange behind the next inner steps, its update one outer step late
-    outer_overlap: bool = setting(
-        False, "with --local-steps: the outer exchange runs while the next H inner steps "
-        "compute, its update applied one outer step late", _OPT,
-    )  # fmt: skip
-    max_comm_share: float = setting(
-        MAX_COMM_SHARE, "with --local-steps auto: the largest share of the time the outer "
-        "exchange may take", _OPT, SHARE,
-    )  # fmt: skip
-    outer_lr: float = setting(OUTER_LR, "with --local-steps: the outer SGD's learning rate", _OPT,
-                              POSITIVE)  # fmt: skip
-    outer_momentum: float = setting(
-        OUTER_MOMENTUM,
-        "with --local-steps: the outer SGD's Nesterov momentum, [0, 1) (0: plain SGD, "
-        "with --outer-lr 1 the replicas' average)",
-        _OPT,
-        FRACTION,
+    #: the method's recipe :class:`FrozenVariance`: the steps of plain AdamW before its
+    #: variance freezes (``None``: its share of ``steps``, at least 1); resolved where made
+    freeze_after: int | None = setting(
+        None, "steps of AdamW before the variance freezes", _OPT, NON_NEGATIVE_INT, flag=""
     )
     #: examples per worker; ``None`` with no total either: :data:`DEFAULT_BATCH`
     batch_size: int | None = setting(None, "examples per worker", _OPT, POSITIVE_INT,
@@ -207,26 +175,35 @@ class TrainConfig:
         models.default_input_shape(self.model)  # raises for an unknown model
         if self.dataset is None:
             object.__setattr__(self, "dataset", default_dataset(self.model))
+        if isinstance(self.method, str):
+            object.__setattr__(self, "method", get_method(self.method))
+        if not isinstance(self.method, Method):
+            fail(f"method must be a name or a Method, got {type(self.method).__name__}")
         check_settings(self)
         check_pairing(self.model, self.dataset)
-        if not isinstance(self.exchange, Options):
-            fail(f"exchange must be a terngrad.ddp.Options, got {type(self.exchange).__name__}")
-        if self.exchange.seed != 0 or self.exchange.timeout is not None:
-            fail(
-                "a run's seed and timeout are its own: give TrainConfig(seed=..., timeout=...), "
-                "not the exchange's"
-            )
+        m = self.method
         if self.warmup_steps and self.warmup_epochs:
             fail("give warmup-steps or warmup-epochs, not both")
-        if (self.optimizer == "frozen-adamw") != (self.freeze_after > 0):
+        if m.recipe is not None and self.optimizer != "adamw":
             fail(
-                "optimizer frozen-adamw needs freeze-after N >= 1 (the steps of AdamW that "
-                "measure the variance)"
-                if self.optimizer == "frozen-adamw"
-                else f"freeze-after is frozen-adamw's; optimizer {self.optimizer!r} takes none"
+                f"method {m.name} exchanges AdamW's momentum ({m.recipe.words}): give optimizer "
+                f"adamw, not {self.optimizer!r}"
             )
-        if self.variance_sync is not None and self.optimizer != "local-adamw":
-            fail(f"variance-sync is local-adamw's; optimizer {self.optimizer!r} takes none")
+        if isinstance(m.recipe, FrozenVariance):
+            if self.freeze_after is None:
+                object.__setattr__(self, "freeze_after", max(1, int(self.steps * m.recipe.share)))
+        elif self.freeze_after is not None:
+            fail(f"freeze_after is the steps before a frozen variance; method {m.name} has none")
+        if self.full_precision_steps is None:
+            share = m.warmup
+            object.__setattr__(self, "full_precision_steps",
+                               max(1, int(self.steps * share)) if share else 0)  # fmt: skip
+        elif self.full_precision_steps and not m.warmup:
+            fail(
+                f"full-precision-steps {self.full_precision_steps} is a warm-up, and method "
+                f"{m.name} has none: a warm-up is a share of the steps in the method's name "
+                f"({m.name}-warmup0.1, say), which this count then replaces"
+            )
         if self.batch_size is not None and self.total_batch_size is not None:
             fail("give one of batch-size (per worker) and total-batch-size, not both")
         if self.batch_size is None and self.total_batch_size is None:
@@ -238,58 +215,22 @@ class TrainConfig:
             )
         if not isinstance(self.out, str) or not self.out.strip():
             fail(f"out must name a folder, got {self.out!r}")
-        if self.powersgd_rank != baselines.POWERSGD_RANK and self.baseline != "powersgd":
-            other = self.baseline or "terngrad's hook"
-            fail(
-                f"powersgd-rank is PowerSGD's rank: give --baseline powersgd (the method "
-                f"powersgd-r{self.powersgd_rank}), not {other}"
-            )
-        if self.local_steps != 1:
-            if self.baseline is not None or self.optimizer in ("frozen-adamw", "local-adamw"):
-                fail(
-                    "local-steps averages what each replica moved through terngrad's exchange, "
-                    f"with the run's own optimizer: not with {self.baseline or self.optimizer}"
-                )
-            for name in ("steps", "eval_every", "checkpoint_every"):
-                value, flag = getattr(self, name), name.replace("_", "-")
-                if not value:
-                    continue
-                if self.local_steps == "auto":
-                    if value < AUTO_PROBE_STEPS:  # (fewer steps: none would be kept)
-                        fail(
-                            f"local-steps auto chooses H at inner step {AUTO_PROBE_STEPS}: "
-                            f"{flag} must be at least {AUTO_PROBE_STEPS}, got {value}"
-                        )
-                elif value % self.local_steps:
+        h = m.local_steps
+        for name in ("steps", "eval_every", "checkpoint_every") if h != 1 else ():
+            value, flag = getattr(self, name), name.replace("_", "-")
+            if not value:
+                continue
+            if h == "auto":
+                if value < AUTO_PROBE_STEPS:  # (fewer steps: none would be kept)
                     fail(
-                        f"{flag} {value} is not a multiple of local-steps "
-                        f"{self.local_steps}: the replicas are one model only after an outer step"
+                        f"local-steps auto chooses H at inner step {AUTO_PROBE_STEPS}: "
+                        f"{flag} must be at least {AUTO_PROBE_STEPS}, got {value}"
                     )
-        elif self.outer_overlap:
-            fail("outer-overlap overlaps the outer exchange of local steps: give --local-steps")
-
-    @property
-    def method(self) -> str:
-        """The method this run trains with, by the one naming rule (``terngrad-ef-local8``,
-        ``powersgd-r4``, ``terngrad-b512-ef-localvar100``): PyTorch's baseline, or the hook's
-        exchange with its optimizer recipe, full-precision warm-up (as its share of the steps)
-        and local steps — the name a run made by ``--method`` was given, and what one made
-        from flags alone amounts to (the quantizer's name where no method can say it)."""
-        if self.baseline is not None:
-            return Method(baseline=self.baseline, powersgd_rank=self.powersgd_rank).name
-        x = self.exchange
-        recipe: FrozenVariance | LocalVariance | None = None
-        if self.optimizer == FrozenVariance.optimizer:
-            recipe = FrozenVariance(self.freeze_after / self.steps)
-        elif self.optimizer == LocalVariance.optimizer and self.variance_sync is not None:
-            recipe = LocalVariance(self.variance_sync)
-        own = x.replace(seed=0, timeout=None, kernels="auto", full_precision_steps=0)
-        try:
-            warmup = x.full_precision_steps / self.steps
-            return Method(exchange=own, recipe=recipe, warmup=warmup, local_steps=self.local_steps,
-                          outer_overlap=self.outer_overlap).name  # fmt: skip
-        except ValueError:
-            return x.quantizer
+            elif value % h:
+                fail(
+                    f"{flag} {value} is not a multiple of local-steps {h}: the replicas are "
+                    "one model only after an outer step"
+                )
 
     @property
     def worker_batch(self) -> int:
@@ -301,50 +242,90 @@ class TrainConfig:
 
     @property
     def hook_options(self) -> Options:
-        """The options the hook runs with: the exchange's, with the run's seed and timeout."""
-        return self.exchange.replace(seed=self.seed, timeout=self.timeout)
+        """The options the hook runs with: the method's exchange with the run's seed, timeout,
+        kernels and full-precision steps (``ValueError`` for a PyTorch baseline)."""
+        return self.method.options(seed=self.seed, timeout=self.timeout, kernels=self.kernels,
+                                   full_precision_steps=self.full_precision_steps)  # fmt: skip
+
+    @property
+    def optimizer_recipe(self) -> str:
+        """The optimizer the run makes: the method's recipe's (``frozen-adamw``,
+        ``local-adamw``: :mod:`terngrad.optim`), else :attr:`optimizer`."""
+        recipe = self.method.recipe
+        return recipe.optimizer if recipe is not None else self.optimizer
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable: the exchange's options nested under ``exchange``."""
+        """JSON-serialisable: the method by its name (the name is the spec), its settings
+        under ``method_settings`` (for a reader; :meth:`from_dict` reads the name)."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        exchange = {k: v for k, v in self.exchange.to_dict().items() if k not in RUN_LEVEL}
-        return {**values, "exchange": exchange}
+        return {**values, "method": self.method.name, "method_settings": self.method.settings()}
 
     def settings(self) -> dict[str, Any]:
-        """Every setting by its one name (the exchange's beside the run's: no name is both)."""
+        """Every setting by its one name, the method by its name."""
         own = self.to_dict()
-        return {**own.pop("exchange"), **own}
+        del own["method_settings"]
+        return own
 
     def diff(self, other: TrainConfig, ignore: Collection[str] = ()) -> list[str]:
         """How ``other`` differs from this run: ``name=<other> instead of <this>``."""
         return differences(self.settings(), other.settings(), ignore)
 
     def replace(self, **changes: Any) -> TrainConfig:
-        """A copy with ``changes``, checked like a new one."""
+        """A copy with ``changes``, checked like a new one (a method's warm-up and freeze
+        resolved again from the new one where the method changes)."""
+        if "method" in changes:
+            changes.setdefault("full_precision_steps", None)
+            changes.setdefault("freeze_after", None)
         return dataclasses.replace(self, **changes)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
-        """The config :meth:`to_dict` wrote, or an older version's: the flat layout of terngrad
-        0.1 (the exchange's options beside the run's) and the seed and timeout kept in the
-        exchange's options before they became the run's."""
+        """The config :meth:`to_dict` wrote, or an older version's (:func:`_legacy`: the
+        exchange's options and the method's parts as fields of their own)."""
         values = dict(values)
-        exchange = dict(values.pop("exchange", {}))
-        for name in _LEGACY_EXCHANGE_FIELDS:
-            if name in values:
-                exchange[name] = values.pop(name)
-        if "keep_last_fp32" in values:
-            exchange["quantize_last"] = not values.pop("keep_last_fp32")
-        for name in RUN_LEVEL:
-            if name in exchange:
-                moved = exchange.pop(name)
-                if moved is not None:
-                    values.setdefault(name, moved)
-        return cls(**values, exchange=Options.from_dict(exchange))
+        values.pop("method_settings", None)
+        if "method" not in values:
+            values = _legacy(values)
+        return cls(**values)
 
 
-#: options that were fields of TrainConfig itself before the exchange's options object
-_LEGACY_EXCHANGE_FIELDS = (
-    "quantizer", "quantizer_options", "topology", "kernels", "policy", "error_feedback",
-    "min_numel",
-)  # fmt: skip
+def _legacy(values: dict[str, Any]) -> dict[str, Any]:
+    """An older version's config as today's: the exchange's options (nested under
+    ``exchange``, or flat as in terngrad 0.1; the seed and timeout once among them), PyTorch's
+    ``baseline`` and ``powersgd_rank``, the recipes as optimizers (``frozen-adamw`` with
+    ``freeze_after``, ``local-adamw`` with ``variance_sync``) and the local steps as fields,
+    made into the run's method."""
+    exchange = dict(values.pop("exchange", {}))
+    for name in {f.name for f in dataclasses.fields(Options)} & set(values):
+        exchange[name] = values.pop(name)  # (flat: terngrad 0.1, and a settings() dict)
+    if "keep_last_fp32" in values:
+        exchange["quantize_last"] = not values.pop("keep_last_fp32")
+    for name in ("seed", "timeout"):
+        moved = exchange.pop(name, None)
+        if moved is not None:
+            values.setdefault(name, moved)
+    options = Options.from_dict(exchange)
+    values["kernels"] = options.kernels
+    baseline, rank = values.pop("baseline", None), values.pop("powersgd_rank", None)
+    h, overlap = values.pop("local_steps", 1), values.pop("outer_overlap", False)
+    outer = {k: values.pop(k) for k in ("outer_lr", "outer_momentum", "max_comm_share")
+             if k in values}  # fmt: skip
+    if h != "auto":
+        outer.pop("max_comm_share", None)
+    local = LocalSteps(h, overlap, **outer) if h != 1 else None
+    freeze, every = values.pop("freeze_after", 0), values.pop("variance_sync", None)
+    recipe: FrozenVariance | LocalVariance | None = None
+    if values.get("optimizer") == FrozenVariance.optimizer:
+        recipe, values["freeze_after"] = FrozenVariance(freeze / values.get("steps", 1000)), freeze
+    elif values.get("optimizer") == LocalVariance.optimizer:
+        recipe = LocalVariance(every or 100)
+    if recipe is not None:
+        values["optimizer"] = "adamw"
+    if baseline is not None:
+        values["method"] = Method(baseline=baseline, **({"powersgd_rank": rank} if rank else {}))
+        return values
+    warmup = options.full_precision_steps / values.get("steps", 1000)
+    values["full_precision_steps"] = options.full_precision_steps
+    own = options.replace(kernels="auto", full_precision_steps=0)
+    values["method"] = Method(exchange=own, recipe=recipe, warmup=warmup, local=local)
+    return values

@@ -77,7 +77,7 @@ def check_launch(
             raise ValueError(
                 f"--rdzv-endpoint {rdzv_endpoint!r} is not HOST:PORT (a port from 1 to 65535)"
             )
-    if cfg.exchange.kernels == "triton" and cfg.baseline is None:
+    if cfg.kernels == "triton" and cfg.method.baseline is None:
         raise ValueError(
             "--kernels triton runs on CUDA tensors, and terngrad train trains on the CPU: "
             "use --kernels auto, numba or torch"
@@ -101,9 +101,9 @@ def warm_up_kernels(configs: list[TrainConfig], local_workers: int | None = None
     """Compile the fused kernels the runs will use once, here, so that every worker loads them
     from numba's cache instead of compiling them at its first step: the build for the threads
     each worker will run (``local_workers`` on this machine; default: each run's workers)."""
-    hooked = [c for c in configs if c.baseline is None and c.exchange.kernels in ("auto", "numba")]
+    hooked = [c for c in configs if c.method.baseline is None and c.kernels in ("auto", "numba")]
     for threads in sorted({_threads(c, local_workers or c.workers) for c in hooked}):
-        levels = any(isinstance(c.exchange.make_quantizer(), LevelQuantizer) for c in hooked)
+        levels = any(isinstance(c.hook_options.make_quantizer(), LevelQuantizer) for c in hooked)
         kernels.warm_up(levels=levels, threads=threads)
 
 

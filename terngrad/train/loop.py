@@ -110,19 +110,18 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
     data = load_data(cfg, seed=cfg.seed)
     model = build_model(cfg, data)  # identical initial replicas (DDP also broadcasts rank 0's)
     optimizer = make_optimizer(cfg, model)
-    if cfg.local_steps != 1:  # DiLoCo: local inner steps, the exchange at outer steps
+    method = cfg.method
+    if method.local is not None:  # DiLoCo: local inner steps, the exchange at outer steps
         ddp = nn.parallel.DistributedDataParallel(model)
-        state = DiLoCo(ddp, optimizer, cfg.local_steps, outer_lr=cfg.outer_lr,
-                       outer_momentum=cfg.outer_momentum,
-                       overlap=cfg.outer_overlap,
-                       max_comm_share=cfg.max_comm_share, auto_choices=local_step_choices(cfg),
+        state = DiLoCo(ddp, optimizer, local=method.local, auto_choices=local_step_choices(cfg),
                        options=cfg.hook_options)  # fmt: skip
-    elif cfg.baseline is None:  # (frozen-adamw: the hook exchanges its momentum after warm-up)
+    elif method.baseline is None:  # (frozen-adamw: the hook exchanges its momentum after warm-up)
         ddp = nn.parallel.DistributedDataParallel(model)
         momentum = optimizer if isinstance(optimizer, MomentumSource) else None
         state = terngrad.ddp.register(ddp, options=cfg.hook_options, optimizer=momentum)
     else:  # PyTorch's own averaging: no hook state, nothing skipped, no bytes counted by us
-        ddp, state = baselines.wrap(model, cfg.baseline, cfg.seed, cfg.powersgd_rank), None
+        ddp = baselines.wrap(model, method.baseline, cfg.seed, method.powersgd_rank)
+        state = None
     lr_schedule = make_schedule(cfg, optimizer, data.train_size)
     sampler = datasets.ShardSampler(data.train_size, rank, world, cfg.worker_batch, cfg.seed)
 
@@ -260,7 +259,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
 def local_step_choices(cfg: TrainConfig) -> list[int] | None:
     """``--local-steps auto``: the values of ``H`` that divide the steps, the evaluation and
     the checkpoint periods (the replicas are one model only after an outer step)."""
-    if cfg.local_steps != "auto":
+    if cfg.method.local_steps != "auto":
         return None
     period = math.gcd(cfg.steps, cfg.eval_every, cfg.checkpoint_every or cfg.eval_every)
     return [h for h in range(1, period + 1) if period % h == 0]

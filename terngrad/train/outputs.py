@@ -85,8 +85,7 @@ def reaches_target(
 
 def title(cfg: TrainConfig) -> str:
     """The run in a line, for its plot."""
-    x = cfg.exchange
-    how = f"PyTorch {cfg.baseline}" if cfg.baseline else f"{x.quantizer}/{x.topology}"
+    how = cfg.method.name
     return (
         f"{cfg.model} on {cfg.dataset}, {cfg.workers} workers, {how}, "
         f"batch {cfg.worker_batch}/worker"
@@ -106,7 +105,7 @@ def write_summary(
     metrics = read_metrics(out / METRICS)
     losses = [m["loss"] for m in metrics] + ([] if loss is None else [loss])
     summary = {
-        "method": cfg.method,
+        "method": cfg.method.name,
         "accuracy": accuracy,
         "best_accuracy": max((m["accuracy"] for m in metrics), default=accuracy),
         # the last evaluation's test loss (nats per prediction) and the lowest one
@@ -134,5 +133,5 @@ def write_summary(
     atomic_write_text(out / SUMMARY, json.dumps(summary, indent=2) + "\n")
     from terngrad.train.report import write_curves  # matplotlib: rank 0 only, at the end
 
-    write_curves({cfg.method: metrics}, out / CURVES, title=title(cfg))
+    write_curves({cfg.method.name: metrics}, out / CURVES, title=title(cfg))
     return summary

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from terngrad.comm.spec.method_spec import FrozenVariance, LocalVariance
 from terngrad.optim import FrozenVarianceAdamW, LocalVarianceAdamW
 from terngrad.train import checkpoints, models, schedule, text
 from terngrad.train import data as datasets
@@ -36,22 +37,24 @@ def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
     """SGD (plain or with momentum), Adam (L2 weight decay in the gradient), or AdamW
     (decoupled weight decay, Loshchilov & Hutter 2019, on the weight matrices and embeddings
     only: biases and layer-norm gains keep theirs, as GPT-2 and BERT train), plain or with its
-    variance frozen after ``freeze_after`` steps (:class:`terngrad.optim.FrozenVarianceAdamW`,
-    whose momentum the hook then exchanges) or measured on each rank and averaged every
-    ``variance_sync`` steps (:class:`terngrad.optim.LocalVarianceAdamW`, its momentum exchanged
-    from the first step)."""
+    variance frozen after ``freeze_after`` steps where the method's recipe says so
+    (:class:`terngrad.optim.FrozenVarianceAdamW`, whose momentum the hook then exchanges) or
+    measured on each rank and averaged every ``LocalVariance.every`` steps
+    (:class:`terngrad.optim.LocalVarianceAdamW`, its momentum exchanged from the first
+    step)."""
     params = list(model.parameters())
     if cfg.optimizer == "adam":
         return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    if cfg.optimizer in ("adamw", "frozen-adamw", "local-adamw"):
+    if cfg.optimizer == "adamw":
         groups = [
             {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
         ]
-        if cfg.optimizer == "frozen-adamw":
+        recipe = cfg.method.recipe
+        if isinstance(recipe, FrozenVariance):
             return FrozenVarianceAdamW(groups, lr=cfg.lr, warmup_steps=cfg.freeze_after)
-        if cfg.optimizer == "local-adamw":
-            return LocalVarianceAdamW(groups, lr=cfg.lr, sync_every=cfg.variance_sync or 100)
+        if isinstance(recipe, LocalVariance):
+            return LocalVarianceAdamW(groups, lr=cfg.lr, sync_every=recipe.every)
         return torch.optim.AdamW(groups, lr=cfg.lr)
     momentum = cfg.momentum if cfg.optimizer == "momentum" else 0.0
     return torch.optim.SGD(params, lr=cfg.lr, momentum=momentum, weight_decay=cfg.weight_decay)

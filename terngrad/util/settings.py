@@ -81,6 +81,8 @@ class Setting:
     metavar: str | None = None
     #: the default in words, where the config works it out from other settings (``None``)
     default_words: str | None = None
+    #: how a method's name writes it (:mod:`terngrad.comm.spec.tokens`), where it does
+    named: Any = None
 
 
 def setting(
@@ -94,6 +96,7 @@ def setting(
     flag: str | None = None,
     metavar: str | None = None,
     default_words: str | None = None,
+    named: Any = None,
     default_factory: Callable[[], Any] | Any = MISSING,
     hash: bool | None = None,
 ) -> Any:
@@ -108,6 +111,7 @@ def setting(
         flag=flag,
         metavar=metavar,
         default_words=default_words,
+        named=named,
     )
     return dataclasses.field(
         default=default, default_factory=default_factory, hash=hash, metadata={"setting": meta}

@@ -14,7 +14,15 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 import terngrad.ddp
 from terngrad import quantize
-from terngrad.comm import TOPOLOGIES, ByteCounter, Link, Synchronizer, make_exchange, rank_seed
+from terngrad.comm import (
+    TOPOLOGIES,
+    ByteCounter,
+    ExchangeSettings,
+    Link,
+    Synchronizer,
+    make_exchange,
+    rank_seed,
+)
 from terngrad.kernels import Streams, resolve, stream_seed, triton_available
 from terngrad.quantize import Layout
 
@@ -59,7 +67,8 @@ def exchanges(rank: int, world: int) -> dict:
         q = quantize.get(name, **options)
         layout = Layout.of(g.numel(), SEGMENTS, q.bucket_size)
         for aggregate in ("requantize", "fp16") if name == "linear" else ("requantize",):
-            exchange = make_exchange(topology, q, link, aggregate, resolve(kernels))
+            settings = ExchangeSettings(aggregate)
+            exchange = make_exchange(topology, q, link, settings, resolve(kernels))
             gen = torch.Generator().manual_seed(rank_seed(8, rank))  # re-quantization
             out[(name, str(options), topology, aggregate, kernels)] = _measured(
                 link, exchange, g, layout, draws(rank), gen
@@ -507,7 +516,8 @@ def algorithm2(rank: int, world: int) -> dict:
         q = quantize.get(name, **options)
         layout = Layout.of(g.numel(), SEGMENTS, q.bucket_size)
         for aggregate in ("coherent", "requantize"):
-            exchange = make_exchange(topology, q, link, aggregate, resolve("numba"))
+            settings = ExchangeSettings(aggregate)
+            exchange = make_exchange(topology, q, link, settings, resolve("numba"))
             gen = torch.Generator().manual_seed(rank_seed(8, rank))
             for repeat in range(2):
                 out[(name, str(options), topology, aggregate, repeat)] = _measured(

@@ -143,21 +143,21 @@ def test_bad_input_is_one_line():
         assert "'automatic'" in lines[1] and "2.5" in lines[2]
         assert "4 of the model's are not in it, 0 of its" in lines[3]
         assert "0 of the model's are not in it, 1 of its are not the model's" in lines[4]
-        assert lines[5].startswith("outer_lr must be a positive finite number")
-        assert lines[6].startswith("outer_momentum must be a number from 0 up to")
+        assert lines[5].startswith("outer-lr must be a positive finite number")
+        assert lines[6].startswith("outer-momentum must be a number from 0 up to")
         assert "unknown quantizer 'nope'" in lines[7]
         assert "the ranks made DiLoCo with different settings" in lines[8]
         assert "local_steps=5 instead of 4" in lines[8] or "local_steps" in lines[8]
         assert lines[9] == "overlap must be True or False, got 'yes'"
-        assert lines[10].startswith("max_comm_share must be a share of the time in (0, 1)")
+        assert lines[10].startswith("max-comm-share must be a share in (0, 1)")
         assert lines[11].startswith("auto_choices must be a non-empty list of positive integ")
         assert "overlap=True instead of False" in lines[12] or "overlap" in lines[12]
         assert "the ranks made DiLoCo with different settings" in lines[12]
         assert lines[13] == (
-            "local_steps=8 is not what method terngrad-local4 runs (local_steps=4): give the "
-            "method alone, or a method of these local steps (docs/methods.md)"
+            "local_steps 8 is not what terngrad-local4 runs (local_steps 4); the method that "
+            "does is terngrad-local8: name it, or leave out local_steps"
         )
-        assert lines[14].startswith("overlap=True is not what method terngrad-local4 runs")
+        assert lines[14].startswith("without overlap is not what terngrad-local4-overlap runs")
         assert "already has a communication hook" in lines[15]
 
 

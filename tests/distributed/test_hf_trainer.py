@@ -102,9 +102,10 @@ def test_bad_settings_are_refused_when_the_callback_is_made():
     assert "ternary" in _one_line(exc)
     for bad, said in (
         ({"local_steps": 0}, "local_steps must be an integer of at least 1"),
-        ({"local_steps": 8, "outer_lr": -1}, "outer_lr must be a positive finite number"),
-        ({"overlap": True}, "overlap overlaps the outer exchange of local steps"),
-        ({"local_steps": "auto", "max_comm_share": 2}, "max_comm_share must be a share"),
+        ({"local_steps": 8, "outer_lr": -1}, "outer-lr must be a positive finite number"),
+        ({"overlap": True}, "overlap=True is a setting of local steps, and the callback has none"),
+        ({"outer_lr": 0.5}, "outer_lr=0.5 is a setting of local steps, and the callback has none"),
+        ({"local_steps": "auto", "max_comm_share": 2}, "max-comm-share must be a share"),
     ):
         with pytest.raises(ValueError) as exc:
             TernGradCallback(**bad)
@@ -136,12 +137,12 @@ def test_the_default_is_the_measured_method_and_what_is_given_goes_over_it():
 
 def test_outer_momentum_zero_is_accepted_by_both_callbacks():
     """Plain SGD as the outer step (``outer_sgd``, tests/unit/test_local_steps.py): the
-    callbacks expose no ``nesterov``, so momentum 0 must not be refused for it."""
+    callbacks' ``nesterov`` is left out (``None``), so momentum 0 must not be refused for it."""
     pytest.importorskip("lightning", reason="pip install 'terngrad[lightning]'")
     from terngrad.integrations.lightning import TernGradCallback as LightningCallback
 
     for callback in (TernGradCallback, LightningCallback):
-        assert callback(local_steps=4, outer_momentum=0).local["outer_momentum"] == 0
+        assert callback(local_steps=4, outer_momentum=0).local.outer_momentum == 0
 
 
 @pytest.mark.parametrize(

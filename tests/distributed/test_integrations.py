@@ -19,6 +19,7 @@ from support import REPO
 from torch import nn
 
 import terngrad.ddp
+from terngrad.comm.spec.local import LocalSteps
 
 EXAMPLES = REPO / "examples"
 
@@ -106,7 +107,7 @@ def test_fsdp2_through_a_framework_refuses_local_steps_before_any_collective():
     from terngrad.integrations.common import register_sharded
 
     with pytest.raises(ValueError, match="give TernGradCallback no local_steps with FSDP"):
-        register_sharded(nn.Linear(2, 2), None, {"local_steps": 4})
+        register_sharded(nn.Linear(2, 2), None, LocalSteps(4))
 
 
 def test_accelerate_trains_with_the_hook_on_and_gradient_accumulation():
@@ -176,20 +177,20 @@ def test_both_callbacks_take_a_method_of_local_steps_whole():
 
     for callback, options in ((TrainerCallback, "options"), (LightningCallback, "_options")):
         whole = callback(method="terngrad-ef-local16-overlap", outer_lr=0.5)
-        assert (whole.local["local_steps"], whole.local["overlap"]) == (16, True)
-        assert whole.local["outer_lr"] == 0.5
+        assert (whole.local.every, whole.local.overlap, whole.local.outer_lr) == (16, True, 0.5)
         hook = getattr(whole, options)
         assert hook.error_feedback and hook.quantizer == "terngrad"
-        assert callback(method="terngrad-local16", local_steps=16).local["local_steps"] == 16
+        assert callback(method="terngrad-local16", local_steps=16).local.every == 16
         # a method of one step: a keyword adds local steps, as without a method
-        assert callback(method="terngrad-ef", local_steps=8).local["local_steps"] == 8
+        assert callback(method="terngrad-ef", local_steps=8).local.every == 8
         for keywords, words in (
-            ({"local_steps": 8}, r"local_steps=8 is not what method terngrad-local16 runs "
-                                 r"\(local_steps=16\)"),
-            ({"overlap": True}, r"overlap=True is not what method terngrad-local16 runs"),
+            ({"local_steps": 8}, r"local_steps 8 is not what terngrad-local16-olr0.5 runs "
+                                 r"\(local_steps 16\); the method that does is "
+                                 r"terngrad-local8-olr0.5"),
+            ({"outer_lr": 0.7}, r"outer_lr 0.7 is not what terngrad-local16-olr0.5 runs"),
         ):  # fmt: skip
             with pytest.raises(ValueError, match=words):
-                callback(method="terngrad-local16", **keywords)
+                callback(method="terngrad-local16-olr0.5", **keywords)
 
 
 def test_lightning_callback_refuses_a_strategy_without_ddp():
@@ -211,7 +212,7 @@ def test_lightning_callback_refuses_a_strategy_without_ddp():
         TernGradCallback(local_steps=2.5)
     with pytest.raises(ValueError, match=r"give no state=\.\.\. with them"):
         TernGradCallback(local_steps=4, state=terngrad.ddp.State())
-    with pytest.raises(ValueError, match="overlap overlaps the outer exchange of local steps"):
+    with pytest.raises(ValueError, match="overlap=True is a setting of local steps"):
         TernGradCallback(overlap=True)
 
 

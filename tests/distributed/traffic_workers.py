@@ -29,7 +29,7 @@ COUNTED_H = 2
 def counted(name: str) -> methods.Method:
     """Method ``name`` as it is counted: a local-steps one at :data:`COUNTED_H`."""
     m = methods.get(name)
-    return m if m.local_steps == 1 else dataclasses.replace(m, local_steps=COUNTED_H)
+    return m if m.local is None else dataclasses.replace(m, local=m.local.replace(every=COUNTED_H))
 
 
 def lenet() -> nn.Module:
@@ -80,8 +80,7 @@ def counted_steps(rank: int, world: int, names: list[str], steps: int) -> dict:
         if m.local_steps != 1:  # DiLoCo: the outer step's exchange every local_steps steps
             ddp = nn.parallel.DistributedDataParallel(model)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-            outer = DiLoCo(ddp, optimizer, m.local_steps, overlap=m.outer_overlap,
-                           options=m.options())  # fmt: skip
+            outer = DiLoCo(ddp, optimizer, local=m.local, options=m.options())
             last = (0, 0, 0)
             for _ in range(2 * m.local_steps):
                 optimizer.zero_grad()

@@ -91,8 +91,9 @@ def test_a_two_method_reproduction_writes_the_table_and_reads_back(tmp_path, cap
 
 
 def test_local_adamw_through_the_trainer_resumes_bitwise(tmp_path, capsys):
-    """``--optimizer local-adamw`` on 2 workers: a run stopped at step 4 (its checkpoint holds
-    each rank's own variance in the hook states) and extended to 6 ends with the same weights,
+    """``--method terngrad-b512-ef-localvar2`` (AdamW's variance each rank's own) on 2
+    workers: a run stopped at step 4 (its checkpoint holds each rank's own variance in the
+    hook states) and extended to 6 ends with the same weights,
     bit for bit, as a straight 6-step run; bytes include the variance's shares."""
     corpus = tmp_path / "corpus"
     write_corpus(corpus, files=20, extra={i: (f"Line {i} of the corpus, about TernGrad. " * 40)
@@ -100,8 +101,8 @@ def test_local_adamw_through_the_trainer_resumes_bitwise(tmp_path, capsys):
 
     def argv(out, steps):
         return ["train", "--model", "gpt-small", "--data-dir", str(corpus), "--workers", "2",
-                "--quiet", "--optimizer", "local-adamw", "--variance-sync", "2",
-                "--error-feedback", "--bucket-size", "512", "--lr", "1e-3", "--batch-size", "2",
+                "--quiet", "--method", "terngrad-b512-ef-localvar2", "--optimizer", "adamw",
+                "--lr", "1e-3", "--batch-size", "2",
                 "--steps", str(steps), "--eval-every", "2", "--out", str(out)]  # fmt: skip
 
     import torch
@@ -119,4 +120,5 @@ def test_local_adamw_through_the_trainer_resumes_bitwise(tmp_path, capsys):
     own = [h["local_variance"]["variances"] for h in a["hook_states"]]
     assert set(own[0]) == set(own[1]) and not torch.equal(*(o["head.weight"] for o in own))
     summary = json.loads((tmp_path / "straight" / "summary.json").read_text())
-    assert summary["config"]["optimizer"] == "local-adamw"
+    assert summary["config"]["method"] == summary["method"] == "terngrad-b512-ef-localvar2"
+    assert summary["config"]["method_settings"]["recipe"] == "localvar2"

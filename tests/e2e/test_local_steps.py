@@ -99,8 +99,14 @@ def test_local_steps_whose_outer_steps_keep_failing_stop_in_one_line(tmp_path, c
     [
         (["--steps", "5"], "steps 5 is not a multiple of local-steps 2"),
         (["--steps", "4", "--eval-every", "3"], "eval-every 3 is not a multiple"),
-        (["--steps", "4", "--baseline", "fp16"], "not with fp16"),
-        (["--steps", "4", "--optimizer", "local-adamw"], "not with local-adamw"),
+        (
+            ["--steps", "4", "--baseline", "fp16"],
+            "fp16 is PyTorch's own averaging: it takes no --local-steps",
+        ),
+        (
+            ["--steps", "4", "--method", "terngrad-localvar100", "--optimizer", "adamw"],
+            "no optimizer recipe",
+        ),
         (["--steps", "4", "--local-steps", "0"], "--local-steps"),
         (["--steps", "4", "--local-steps", "automatic"], "or auto, got 'automatic'"),
         (
@@ -113,7 +119,8 @@ def test_local_steps_whose_outer_steps_keep_failing_stop_in_one_line(tmp_path, c
         ),
         (
             ["--steps", "4", "--local-steps", "1", "--outer-overlap"],
-            "outer-overlap overlaps the outer exchange of local steps: give --local-steps",
+            "--outer-overlap is a setting of local steps, and terngrad has none: give "
+            "--local-steps too",
         ),
     ],
 )

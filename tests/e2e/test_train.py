@@ -9,8 +9,8 @@ from support import LENET_RUN as ARGS
 from support import LENET_SYNTHETIC_RUN as QUICK
 
 from terngrad.cli import main
+from terngrad.comm.spec.method_spec import Method
 from terngrad.train import checkpoints
-from terngrad.train.config import TrainConfig
 
 
 def _metrics(out):
@@ -109,7 +109,7 @@ def test_pytorch_baselines_train_and_each_is_in_effect(tmp_path, capsys):
     for a, b in pairs:
         assert any(not torch.equal(params[a][k], params[b][k]) for k in params[a]), (a, b)
     with pytest.raises(ValueError, match="unknown baseline 'int8'"):
-        TrainConfig(out="x", baseline="int8")
+        Method(baseline="int8")
 
 
 def test_warmup_rises_linearly_from_a_tenth_of_the_lr(tmp_path):

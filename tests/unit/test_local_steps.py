@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from terngrad.bench import traffic_model
-from terngrad.local_steps import check_outer_settings, choose_local_steps, outer_sgd
+from terngrad.comm.spec.local import LocalSteps
+from terngrad.local_steps import auto_choices, choose_local_steps, outer_sgd
 
 
 def test_auto_takes_the_smallest_h_that_keeps_the_exchange_under_its_share():
@@ -22,24 +23,27 @@ def test_auto_takes_the_smallest_h_that_keeps_the_exchange_under_its_share():
     [
         ({"local_steps": True}, "local_steps must be an integer of at least 1"),
         ({"local_steps": "sometimes"}, "or 'auto', got 'sometimes'"),
-        ({"outer_momentum": 1.0}, "outer_momentum must be a number from 0 up to"),
+        ({"outer_momentum": 1.0}, "outer-momentum must be a number from 0 up to"),
         ({"nesterov": True, "outer_momentum": 0.0}, "nesterov needs outer_momentum > 0"),
         ({"overlap": 1}, "overlap must be True or False, got 1"),
         ({"nesterov": "yes"}, "nesterov must be True or False, got 'yes'"),
-        ({"max_comm_share": 0}, "max_comm_share must be a share of the time in (0, 1)"),
-        ({"auto_choices": []}, "auto_choices must be a non-empty list"),
-        ({"auto_choices": [4, 2.5]}, "auto_choices must be a non-empty list"),
+        ({"local_steps": "auto", "max_comm_share": 0}, "max-comm-share must be a share in (0, 1)"),
+        ({"local_steps": 8, "max_comm_share": 0.2}, "max_comm_share is the share local_steps="),
     ],
 )
 def test_bad_settings_are_one_line(bad, said):
+    """:class:`LocalSteps` checks itself where it is made, from DiLoCo's keywords too."""
     with pytest.raises(ValueError) as caught:
-        check_outer_settings(**bad)
+        LocalSteps.of(**bad)
     assert said in str(caught.value) and "\n" not in str(caught.value)
 
 
 def test_auto_choices_are_sorted_and_once_each():
-    assert check_outer_settings("auto", auto_choices=[25, 5, 5, 1]) == [1, 5, 25]
-    assert check_outer_settings(16)[-1] == 500
+    assert auto_choices([25, 5, 5, 1]) == [1, 5, 25]
+    assert auto_choices(None)[-1] == 500
+    for bad in ([], [4, 2.5]):
+        with pytest.raises(ValueError, match="auto_choices must be a non-empty list"):
+            auto_choices(bad)
 
 
 def test_the_performance_model_refuses_an_h_chosen_at_run_time():
@@ -51,35 +55,31 @@ def test_the_outer_step_is_nesterovs_where_there_is_momentum_and_plain_sgd_witho
     anchor = [torch.zeros(2, requires_grad=True)]
     for momentum, nesterov, expected in ((0.9, None, True), (0.0, None, False),
                                          (0.9, False, False)):  # fmt: skip
-        group = outer_sgd(anchor, 0.7, momentum, nesterov).param_groups[0]
+        local = LocalSteps(outer_momentum=momentum, nesterov=nesterov)
+        group = outer_sgd(anchor, local).param_groups[0]
         assert (group["lr"], group["momentum"], group["nesterov"]) == (0.7, momentum, expected)
-    assert check_outer_settings(outer_momentum=0.0) == list(range(1, 501))  # no refusal
+    # a new momentum takes the default form with it, unless the form was given
+    assert LocalSteps(4).replace(outer_momentum=0.0).nesterov is False
+    assert LocalSteps(4, nesterov=False).replace(outer_momentum=0.5).nesterov is False
 
 
 def test_diloco_s_defaults_are_written_once():
-    """DiLoCo's outer rate, momentum and auto's share were written in five places; each entry
-    point's default is now the one constant itself (a literal 0.7 elsewhere is another
-    object, and fails here)."""
-    import dataclasses
+    """DiLoCo's outer rate, momentum and auto's share were written in five places: they are
+    now :class:`LocalSteps`' defaults alone, and every entry point leaves a keyword out as
+    ``None`` (the method's, else those defaults)."""
     import inspect
 
-    from terngrad import local_steps
     from terngrad.diloco import DiLoCo
-    from terngrad.train.config import TrainConfig
 
     pytest.importorskip("transformers", reason="transformers is not installed")
     pytest.importorskip("lightning")
     from terngrad.integrations import lightning, transformers
 
-    constants = {"outer_lr": local_steps.OUTER_LR, "outer_momentum": local_steps.OUTER_MOMENTUM,
-                 "max_comm_share": local_steps.MAX_COMM_SHARE}  # fmt: skip
-    fields = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-    for name, constant in constants.items():
-        assert fields[name] is constant, ("TrainConfig", name)
-        for entry in (DiLoCo, check_outer_settings, lightning.TernGradCallback,
-                      transformers.TernGradCallback):  # fmt: skip
+    for entry in (DiLoCo, lightning.TernGradCallback, transformers.TernGradCallback):
+        for name in ("local_steps", "outer_lr", "outer_momentum", "nesterov", "overlap",
+                     "max_comm_share"):  # fmt: skip
             default = inspect.signature(entry).parameters[name].default
-            assert default is constant, (entry.__name__, name, default)
+            assert default is None, (entry.__name__, name, default)
 
 
 def test_a_saved_diloco_state_has_one_check_in_one_wording():

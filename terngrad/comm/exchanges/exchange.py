@@ -66,6 +66,22 @@ AGGREGATES: dict[str, type[Quantizer]] = {
 
 
 @dataclass(frozen=True)
+class ExchangeSettings:
+    """What an exchange does beyond its topology and quantizer, in one object (the fields of
+    the same names of :class:`~terngrad.comm.Options` make it: ``Options.exchange_settings``):
+    ``aggregate``, how an aggregate off the shared grid travels on (:data:`AGGREGATES`);
+    ``fit_scale``, ternary digits decoded to their least-squares value, not the scale (for
+    error feedback, :func:`terngrad.quantize.check_fit_scale`)."""
+
+    aggregate: str = "requantize"
+    fit_scale: bool = False
+
+
+#: an exchange's settings where none are given
+PLAIN = ExchangeSettings()
+
+
+@dataclass(frozen=True)
 class Result:
     """``mean``: the averaged gradient (``None`` if some rank's gradient was not finite);
     ``own``: what this rank's own message decodes to (for worker-side error feedback)."""
@@ -135,15 +151,16 @@ class Exchange(ABC):
         self,
         quantizer: Quantizer,
         link: Link,
-        aggregate: str = "requantize",
+        settings: ExchangeSettings = PLAIN,
         kernels: Kernels | None = None,
-        fit_scale: bool = False,
     ) -> None:
+        aggregate = settings.aggregate
         self.check(quantizer, aggregate, "quantize")
-        if fit_scale:
+        if settings.fit_scale:
             check_fit_scale(quantizer)
+        self.settings = settings
         #: digits decode to their least-squares value, not the scale (for error feedback)
-        self.fit_scale = fit_scale
+        self.fit_scale = settings.fit_scale
         self.quantizer = quantizer
         self.link = link
         self.kernels = kernels if kernels is not None else resolve("torch")

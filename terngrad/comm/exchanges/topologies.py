@@ -24,7 +24,14 @@ import torch
 
 from terngrad.comm.errors import ExchangeMismatch
 from terngrad.comm.exchanges.coherent import CoherentStep, bucket_shard_bounds
-from terngrad.comm.exchanges.exchange import Draws, Exchange, Result, shard_bounds
+from terngrad.comm.exchanges.exchange import (
+    PLAIN,
+    Draws,
+    Exchange,
+    ExchangeSettings,
+    Result,
+    shard_bounds,
+)
 from terngrad.comm.exchanges.grid_step import (
     GridStep,
     least_squares_values,
@@ -339,15 +346,15 @@ def make_exchange(
     topology: str,
     quantizer: Quantizer,
     link: Link,
-    aggregate: str = "requantize",
+    settings: ExchangeSettings = PLAIN,
     kernels: Kernels | None = None,
-    fit_scale: bool = False,
 ) -> Exchange:
-    """The exchange named ``topology`` (``kernels``: the backend of its per-step operations and
-    its messages' ``encode``/``decode``, the torch reference by default); ``ValueError``
-    listing the choices otherwise, or naming what the topology does not combine with."""
+    """The exchange named ``topology`` with ``settings`` (``kernels``: the backend of its
+    per-step operations and its messages' ``encode``/``decode``, the torch reference by
+    default); ``ValueError`` listing the choices otherwise, or naming what the topology does
+    not combine with."""
     if topology not in Exchange.registry:
         raise ValueError(
             f"unknown topology {topology!r}; choose one of: {', '.join(Exchange.registry)}"
         )
-    return Exchange.registry[topology](quantizer, link, aggregate, kernels, fit_scale)
+    return Exchange.registry[topology](quantizer, link, settings, kernels)

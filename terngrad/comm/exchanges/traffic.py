@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from terngrad import quantize
-from terngrad.comm.exchanges.exchange import shard_bounds
+from terngrad.comm.exchanges.exchange import PLAIN, ExchangeSettings, shard_bounds
 from terngrad.comm.exchanges.topologies import TOPOLOGIES
 from terngrad.quantize import Layout, LevelQuantizer, Quantizer, SymmetricGrid
 from terngrad.wire import codes_frame_nbytes
@@ -132,15 +132,16 @@ def exchange_traffic(
     topology: str,
     layout: Layout,
     world: int,
-    aggregate: str = "requantize",
-    fit_scale: bool = False,
+    settings: ExchangeSettings = PLAIN,
 ) -> list[Traffic]:
     """Per rank, what :meth:`Exchange.reduce` moves for a gradient of ``layout`` on ``world``
-    ranks: the shared grid with scalar sharing (:func:`grid_traffic`); each rank's own scales
-    (one all-gather of the messages, a finite-flag byte after each); or messages (a finite-flag
+    ranks with ``settings``: the shared grid with scalar sharing (:func:`grid_traffic`); each
+    rank's own scales (one all-gather of the messages, a finite-flag byte after each); or
+    messages (a finite-flag
     all-reduce, then the topology's messages, the aggregate re-quantized or in fp16 where it
     travels on). ``ValueError`` for the coherent levels (their agreement is not modelled)."""
     q, n = quantizer, layout.numel
+    aggregate, fit_scale = settings.aggregate, settings.fit_scale
     if topology == "own-scales":
         return all_gather([q.message_nbytes(n, layout.segments) + 1] * world)
     if isinstance(q, SymmetricGrid):

@@ -116,12 +116,7 @@ class Reducer(RankState):
         #: that runs while the last bucket's quantized exchange does
         self.side = Link(twin_group(group, self.timeout), counter=self.link.counter)
         self.exchange = make_exchange(
-            options.topology,
-            self.quantizer,
-            self.link,
-            options.aggregate,
-            self.kernels,
-            options.fit_scale,
+            options.topology, self.quantizer, self.link, options.exchange_settings, self.kernels
         )
         self.generator = torch.Generator(device=device).manual_seed(
             rank_seed(options.seed, self.link.rank)

@@ -9,11 +9,13 @@ name, :attr:`Method.label` says it in words, :meth:`Method.require` is what a co
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from terngrad import quantize
+from terngrad.comm.spec.local import LocalSteps
 from terngrad.comm.spec.options import Options
 
 #: PyTorch's own averaging, by the name a method calls it (:mod:`terngrad.train.baselines`
@@ -76,17 +78,17 @@ Recipe = FrozenVariance | LocalVariance
 class Method:
     """One way to average gradients: a PyTorch ``baseline`` (a key of :data:`BASELINES`) or
     terngrad's hook with ``exchange`` options; with the hook, an optimizer ``recipe`` and a
-    full-precision ``warmup`` (a share of the steps, in [0, 1)). Its :attr:`name` is written by
-    the module's rule; :attr:`label` says it in words."""
+    full-precision ``warmup`` (a share of the steps, in [0, 1)), or ``local`` steps (DiLoCo:
+    :class:`~terngrad.comm.spec.local.LocalSteps`, ``H`` of at least 2 or ``auto``, and the
+    outer step). Its :attr:`name` is written by the module's rule; :attr:`label` says it in
+    words."""
 
     baseline: str | None = None
     exchange: Options | None = field(default=None, hash=False)
     recipe: Recipe | None = None
     warmup: float = 0.0
-    #: local steps (DiLoCo): ``H``, or ``"auto"`` (chosen at run time); 1: none
-    local_steps: int | str = 1
-    #: with local steps: the outer exchange behind the next inner steps, one outer step late
-    outer_overlap: bool = False
+    #: local steps (DiLoCo); ``None``: the exchange every step
+    local: LocalSteps | None = None
     #: PowerSGD's rank (``matrix_approximation_rank``): the ``powersgd`` baseline's only setting
     powersgd_rank: int = POWERSGD_RANK
 
@@ -98,12 +100,7 @@ class Method:
                 raise ValueError(
                     f"unknown baseline {self.baseline!r}; choose one of: {', '.join(BASELINES)}"
                 )
-            if (
-                self.recipe is not None
-                or self.warmup
-                or self.local_steps != 1
-                or (self.outer_overlap)
-            ):
+            if self.recipe is not None or self.warmup or self.local is not None:
                 raise ValueError(
                     f"{self.baseline} is PyTorch's own: it takes no recipe, warm-up or local steps"
                 )
@@ -128,17 +125,14 @@ class Method:
             )
         if not (isinstance(self.warmup, int | float) and 0 <= self.warmup < 1):
             raise ValueError(f"warmup is a share of the steps in [0, 1), got {self.warmup!r}")
-        if self.local_steps != "auto" and (
-            isinstance(self.local_steps, bool)
-            or not isinstance(self.local_steps, int)
-            or (self.local_steps < 1)
-        ):
+        if self.local is not None and not isinstance(self.local, LocalSteps):
+            raise ValueError(f"local must be a LocalSteps, got {type(self.local).__name__}")
+        if self.local is not None and self.local.every == 1:
             raise ValueError(
-                f"local_steps must be an integer >= 1 or 'auto', got {self.local_steps!r}"
+                "local steps of H = 1 are the exchange every step: give H of at least 2 or "
+                "'auto', or no local steps"
             )
-        if self.outer_overlap and self.local_steps == 1:
-            raise ValueError("outer_overlap overlaps the outer exchange of local steps: give H")
-        if self.local_steps != 1 and (
+        if self.local is not None and (
             self.recipe is not None or self.warmup or x.fuse_buckets or x.policy != "quantize"
         ):
             raise ValueError(
@@ -176,6 +170,32 @@ class Method:
     def __str__(self) -> str:
         return self.name
 
+    def settings(self) -> dict[str, Any]:
+        """Every setting of the method, by name (JSON-serialisable; the name alone is the
+        spec: :func:`~terngrad.comm.spec.naming.parse` reads it back)."""
+        x = self.exchange
+        return {
+            "baseline": self.baseline,
+            "powersgd_rank": self.powersgd_rank if self.baseline == "powersgd" else None,
+            "exchange": None if x is None else {
+                k: v for k, v in x.to_dict().items()
+                if k not in ("seed", "timeout", "kernels", "full_precision_steps")
+            },
+            "recipe": None if self.recipe is None else self.recipe.token,
+            "warmup": self.warmup,
+            "local": None if self.local is None else self.local.to_dict(),
+        }  # fmt: skip
+
+    @property
+    def local_steps(self) -> int | str:
+        """``H`` (an integer, or ``"auto"``); 1 without local steps."""
+        return 1 if self.local is None else self.local.every
+
+    @property
+    def outer_overlap(self) -> bool:
+        """True where the outer exchange of local steps runs behind the next inner steps."""
+        return self.local is not None and self.local.overlap
+
     # --------------------------------------------------------------------------- use
 
     @property
@@ -197,6 +217,14 @@ class Method:
             raise ValueError(f"{self.name} is PyTorch's own averaging, not terngrad's hook")
         q_options = {**self.exchange.quantizer_options, **protocol.pop("quantizer_options", {})}
         return self.exchange.replace(**protocol, quantizer_options=q_options)
+
+    def under(self, **protocol: Any) -> Method:
+        """This method with an experiment's ``protocol`` put over its exchange (:meth:`options`:
+        the same settings for every method it runs, which its report states); a PyTorch
+        baseline is itself."""
+        if self.exchange is None or not protocol:
+            return self
+        return dataclasses.replace(self, exchange=self.options(**protocol))
 
     def require(
         self,

@@ -9,6 +9,7 @@ its words. The four functions above read that one table: a new setting is one mo
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 
 from terngrad import quantize
 from terngrad.comm.exchanges.topologies import TOPOLOGIES
+from terngrad.comm.spec.local import MAX_COMM_SHARE, OUTER_LR, OUTER_MOMENTUM, LocalSteps
 from terngrad.comm.spec.method_spec import (
     BASELINES,
     POWERSGD_RANK,
@@ -25,7 +27,9 @@ from terngrad.comm.spec.method_spec import (
     _number,
     _percent,
 )
-from terngrad.comm.spec.options import MIN_NUMEL, Options
+from terngrad.comm.spec.options import Options
+from terngrad.comm.spec.tokens import Number, Switch, Token
+from terngrad.util.settings import settings_of
 
 _QUANTIZER_WORDS = {
     "terngrad": "TernGrad", "qsgd": "QSGD", "linear": "Linear", "orq": "ORQ",
@@ -38,15 +42,15 @@ _TOPOLOGY_WORDS = {
     "allgather": "all-gather",
     "own-scales": "each rank's own scales (one collective a bucket)",
 }
-_AGGREGATE_TOKENS = {"fp16": "fp16agg", "coherent": "coherent"}
 
 
 @dataclass(frozen=True)
 class _Slot:
     """One setting of the rule, declared once: how :data:`SYNTAX` writes it, its token's
     pattern and what a matched token sets (``"q"``: quantizer options, ``"x"``: exchange
-    options, else the method's own fields), the token a method's name holds (``None``: the
-    default, left out) and its words (the separator before them, and them; ``None``: none)."""
+    options, ``"l"``: local steps, else the method's own fields), the token a method's name
+    holds (``None``: the default, left out) and its words (the separator before them, and
+    them; ``None``: none)."""
 
     what: str
     syntax: str
@@ -66,27 +70,78 @@ def _x(m: Method) -> Options:
     return m.exchange
 
 
-def _flag(what: str, token: str, field: str, said: str) -> _Slot:
-    """A slot of one exchange option that is on or off (off by default): ``-token``."""
-    return _Slot(what, f"[-{token}]", token, lambda g: {"x": {field: True}},
-                 lambda m: token if getattr(_x(m), field) else None,
-                 lambda m: (", ", said) if getattr(_x(m), field) else None)  # fmt: skip
+def _named_fields() -> list[tuple[dataclasses.Field, Token]]:
+    """The fields of :class:`Options` that a name holds, in their order, with their tokens."""
+    return [(f, s.named) for f, s in settings_of(Options) if s.named is not None]
+
+
+def _field_slot(field: str, named: Token) -> _Slot:
+    """The slot of the exchange setting ``field``, as its declaration (``named``) writes it:
+    ``-token`` for a :class:`Switch`, ``-<prefix><N>`` for a :class:`Number`, one token a value
+    for a :class:`Choice`; left out at the field's default."""
+    default = Options.__dataclass_fields__[field].default
+
+    def value(m: Method) -> Any:
+        v = getattr(_x(m), field)
+        return None if v == default else v
+
+    if isinstance(named, Switch):
+        return _Slot(named.what, f"[-{named.token}]", re.escape(named.token),
+                     lambda g: {"x": {field: True}},
+                     lambda m: named.token if value(m) else None,
+                     lambda m: (", ", named.words) if value(m) else None)  # fmt: skip
+
+    def said(m: Method) -> tuple[str, str] | None:
+        return None if value(m) is None else (", ", named.words(value(m)))
+
+    if isinstance(named, Number):
+        prefix = named.prefix
+        return _Slot(named.what, f"[-{prefix}<N>]", re.escape(prefix) + r"(\d+)",
+                     lambda g: {"x": {field: _integer(g[1])}},
+                     lambda m: None if value(m) is None else f"{prefix}{value(m)}",
+                     said)  # fmt: skip
+    values = {token: v for v, token in named.tokens.items()}
+    return _Slot(named.what, "[" + "|".join(f"-{t}" for t in values) + "]",
+                 "|".join(map(re.escape, values)), lambda g: {"x": {field: values[g[0]]}},
+                 lambda m: None if value(m) is None else named.tokens[value(m)], said)  # fmt: skip
 
 
 def _local_words(m: Method) -> tuple[str, str] | None:
-    if m.local_steps == 1:
+    if m.local is None:
         return None
     h = (
-        m.local_steps
-        if m.local_steps != "auto"
-        else ("H (chosen from the measured step and exchange)")
+        m.local.every
+        if m.local.every != "auto"
+        else "H (chosen from the measured step and exchange)"
     )
+    step = "a Nesterov outer step" if m.local.nesterov else "an outer step"
     return ("; ", f"local steps: each replica {h} steps on its own, then their pseudo-gradients "
-                  "averaged this way and a Nesterov outer step (DiLoCo)")  # fmt: skip
+                  f"averaged this way and {step} (DiLoCo)")  # fmt: skip
 
 
-def _min_words(n: int) -> str:
-    return "small tensors quantized" if n == 0 else f"tensors under {n} elements in fp32"
+def _local_slot(what: str, token: str, field: str, default: float, said: str) -> _Slot:
+    """A slot of one number of the local steps, left out at its ``default``: ``-token<X>``."""
+
+    def value(m: Method) -> float | None:
+        v = None if m.local is None else getattr(m.local, field)
+        return None if v is None or v == default else v
+
+    return _Slot(
+        what,
+        f"[-{token}<X>]",
+        token + _NUMBER,
+        lambda g: {"l": {field: float(g[1])}},
+        lambda m: None if value(m) is None else f"{token}{_number(value(m))}",
+        lambda m: None if value(m) is None else (", ", said.format(value(m))),
+    )
+
+
+def _heavy_ball(m: Method) -> bool:
+    return m.local is not None and m.local.outer_momentum > 0 and not m.local.nesterov
+
+
+#: a number in a name: 0.5, 2, .05, 1e-05
+_NUMBER = r"(\d*\.?\d+(?:e-?\d+)?)"
 
 
 def _integer(text: str) -> int:
@@ -118,27 +173,19 @@ _SLOTS: tuple[_Slot, ...] = (
     _Slot("packing", "[-2bit]", r"2bit", lambda g: {"q": {"packing": g[0]}},
           lambda m: str(_q(m)["packing"]) if "packing" in _q(m) else None,
           lambda m: (", ", f"{_q(m)['packing']} packing") if "packing" in _q(m) else None),
-    _flag("last layer", "last", "quantize_last", "the last layer quantized"),
-    _Slot("min numel", "[-min<N>]", r"min(\d+)", lambda g: {"x": {"min_numel": _integer(g[1])}},
-          lambda m: f"min{_x(m).min_numel}" if _x(m).min_numel != MIN_NUMEL else None,
-          lambda m: (", ", _min_words(_x(m).min_numel)) if _x(m).min_numel != MIN_NUMEL
-          else None),
-    _flag("error feedback", "ef", "error_feedback", "error feedback"),
-    _flag("fitted scale", "fit", "fit_scale", "digits valued by a least-squares fit"),
-    _Slot("aggregate", "[-fp16agg|-coherent]", r"fp16agg|coherent",
-          lambda g: {"x": {"aggregate": {v: k for k, v in _AGGREGATE_TOKENS.items()}[g[0]]}},
-          lambda m: _AGGREGATE_TOKENS[_x(m).aggregate]
-          if _x(m).aggregate != "requantize" else None,
-          lambda m: (", ", f"{_x(m).aggregate} aggregates")
-          if _x(m).aggregate != "requantize" else None),
-    _Slot("policy", "[-auto]", r"auto", lambda g: {"x": {"policy": "auto"}},
-          lambda m: _x(m).policy if _x(m).policy != "quantize" else None,
-          lambda m: (", ", f"{_x(m).policy} policy") if _x(m).policy != "quantize" else None),
-    _flag("fused buckets", "fused", "fuse_buckets", "a step's DDP buckets in one exchange"),
+    *(_field_slot(f.name, named) for f, named in _named_fields()),
     _Slot("local steps", "[-local<H>|-localauto]", r"local(\d+|auto)",
-          lambda g: {"local_steps": "auto" if g[1] == "auto" else _integer(g[1])},
-          lambda m: f"local{m.local_steps}" if m.local_steps != 1 else None, _local_words),
-    _Slot("overlap", "[-overlap]", r"overlap", lambda g: {"outer_overlap": True},
+          lambda g: {"l": {"every": "auto" if g[1] == "auto" else _integer(g[1])}},
+          lambda m: f"local{m.local_steps}" if m.local is not None else None, _local_words),
+    _local_slot("comm share", "share", "max_comm_share", MAX_COMM_SHARE,
+                "H chosen for the exchange to take at most {:.0%} of the time"),
+    _local_slot("outer lr", "olr", "outer_lr", OUTER_LR, "outer lr {:g}"),
+    _local_slot("outer momentum", "om", "outer_momentum", OUTER_MOMENTUM,
+                "outer momentum {:g}"),
+    _Slot("heavy ball", "[-heavyball]", r"heavyball", lambda g: {"l": {"nesterov": False}},
+          lambda m: "heavyball" if _heavy_ball(m) else None,
+          lambda m: (", ", "Polyak's heavy-ball outer momentum") if _heavy_ball(m) else None),
+    _Slot("overlap", "[-overlap]", r"overlap", lambda g: {"l": {"overlap": True}},
           lambda m: "overlap" if m.outer_overlap else None,
           lambda m: (", ", "the exchange behind the next inner steps (its update one outer "
                            "step late)") if m.outer_overlap else None),
@@ -206,6 +253,7 @@ def parse(name: str) -> Method:
             tokens.append(word)
     q: dict[str, Any] = {}
     x: dict[str, Any] = {}
+    local: dict[str, Any] = {}
     rest: dict[str, Any] = {}
     slot = 0
     for token in tokens:
@@ -221,12 +269,15 @@ def parse(name: str) -> Method:
         got = _SLOTS[found].sets(re.fullmatch(_SLOTS[found].pattern, token))
         q.update(got.pop("q", {}))
         x.update(got.pop("x", {}))
+        local.update(got.pop("l", {}))
         rest.update(got)
     if head in BASELINES and "topology" not in x:
         raise ValueError(
             f"method {name!r}: {head} with settings goes through terngrad's exchange: name its "
             f"topology ({head}-sharded-...); {head} alone is PyTorch's own"
         )
+    if local:
+        rest["local"] = LocalSteps(**local)
     method = Method(exchange=Options(head, quantizer_options=q, **x), **rest)
     if method.name != name:
         raise ValueError(f"method {name!r} is written {method.name!r} ({SYNTAX})")

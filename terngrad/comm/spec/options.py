@@ -21,8 +21,9 @@ from types import MappingProxyType
 from typing import Any
 
 from terngrad import quantize
-from terngrad.comm.exchanges.exchange import Exchange, check_fit_scale
+from terngrad.comm.exchanges.exchange import Exchange, ExchangeSettings, check_fit_scale
 from terngrad.comm.exchanges.topologies import TOPOLOGIES
+from terngrad.comm.spec.tokens import Choice, Number, Switch
 from terngrad.kernels import KERNELS
 from terngrad.quantize import Quantizer, SymmetricGrid
 from terngrad.util.deprecation import warn_deprecated
@@ -106,30 +107,44 @@ class Options:
         "auto", "encode/decode kernels: auto, numba, triton or torch (the reference)", _X,
         metavar="NAME",
     )  # fmt: skip
-    policy: str = setting(
-        "quantize", "quantize, or auto: quantize only the DDP buckets where it is predicted "
-        "to be faster", _X, metavar="NAME",
+    # the settings a method's name holds, in the order of its tokens (tokens.py)
+    quantize_last: bool = setting(
+        False, "quantize the last layer too (default: full precision)", _X,
+        named=Switch("last layer", "last", "the last layer quantized"),
     )  # fmt: skip
-    error_feedback: bool = setting(False, "worker-side error feedback", _X)
+    min_numel: int = setting(
+        MIN_NUMEL, "tensors with fewer elements stay full precision", _X, NON_NEGATIVE_INT,
+        named=Number("min numel", "min", lambda n: "small tensors quantized" if n == 0
+                     else f"tensors under {n} elements in fp32"),
+    )  # fmt: skip
+    error_feedback: bool = setting(
+        False, "worker-side error feedback", _X,
+        named=Switch("error feedback", "ef", "error feedback"),
+    )  # fmt: skip
     fit_scale: bool = setting(
         False, "with --error-feedback: ternary digits decode to their least-squares value, "
         "not the scale, so that the residual stays bounded", _X,
+        named=Switch("fitted scale", "fit", "digits valued by a least-squares fit"),
     )  # fmt: skip
-    quantize_last: bool = setting(False, "quantize the last layer too (default: full "
-                                  "precision)", _X)  # fmt: skip
-    min_numel: int = setting(MIN_NUMEL, "tensors with fewer elements stay full precision", _X,
-                             NON_NEGATIVE_INT)  # fmt: skip
     aggregate: str = setting(
         "requantize", "how aggregates off the shared grid travel: requantize, fp16 or coherent "
         "(levels agreed by all ranks, the ORQ paper's Algorithm 2 option a)", _X, metavar="NAME",
+        named=Choice("aggregate", {"fp16": "fp16agg", "coherent": "coherent"},
+                     lambda v: f"{v} aggregates"),
     )  # fmt: skip
-    full_precision_steps: int = setting(
-        0, "average in full precision for the first K steps, then quantize", _X,
-        NON_NEGATIVE_INT, metavar="K",
+    policy: str = setting(
+        "quantize", "quantize, or auto: quantize only the DDP buckets where it is predicted "
+        "to be faster", _X, metavar="NAME",
+        named=Choice("policy", {"auto": "auto"}, lambda v: f"{v} policy"),
     )  # fmt: skip
     fuse_buckets: bool = setting(
         False, "exchange a step's DDP buckets together at the last one (fewer collective "
         "rounds, no overlap with the backward pass)", _X,
+        named=Switch("fused buckets", "fused", "a step's DDP buckets in one exchange"),
+    )  # fmt: skip
+    full_precision_steps: int = setting(
+        0, "average in full precision for the first K steps, then quantize", _X,
+        NON_NEGATIVE_INT, metavar="K",
     )  # fmt: skip
     seed: int = setting(0, "seed of every random draw of the exchange", _X, INT64)
     timeout: float | None = setting(
@@ -197,6 +212,14 @@ class Options:
         """The options :meth:`to_dict` wrote, by this version or an earlier one (whose
         ``own_scales`` is now the topology ``own-scales``)."""
         return cls(**_migrated(dict(values)))
+
+    @property
+    def exchange_settings(self) -> ExchangeSettings:
+        """What the exchange itself does with these options: the fields of
+        :class:`~terngrad.comm.exchanges.exchange.ExchangeSettings`, read here by name (an
+        exchange setting is a field of both)."""
+        names = (f.name for f in dataclasses.fields(ExchangeSettings))
+        return ExchangeSettings(**{name: getattr(self, name) for name in names})
 
     def make_quantizer(self) -> Quantizer:
         """The quantizer these options name: ``quantize.get(quantizer, **quantizer_options)``."""

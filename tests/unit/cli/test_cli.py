@@ -72,10 +72,11 @@ def test_bench_codec_table_and_json(tmp_path, capsys):
     assert all(r["seconds"] > 0 for r in rows)
 
 
-def test_exchange_flags_go_over_a_method():
-    """``--method`` trains the way of the method (its exchange, recipe, warm-up, or PyTorch's
-    baseline); a flag given (even a default value) wins, a flag left out leaves the method's
-    value; ``--preset`` is its older spelling."""
+def test_flags_add_to_a_method_what_it_leaves_at_its_default():
+    """``--method`` trains the way of the method (its exchange, recipe, warm-up, local steps,
+    or PyTorch's baseline; ``terngrad`` where none is given); a flag of what the method leaves
+    at its default adds it, and the run's method is named with it; ``--preset`` is its older
+    spelling."""
     from terngrad.cli import build_parser
     from terngrad.cli.train import config
     from terngrad.comm import Options
@@ -83,26 +84,33 @@ def test_exchange_flags_go_over_a_method():
     def run(*flags):
         return config(build_parser().parse_args(["train", "--out", "x", *flags]), out="x")
 
-    assert run().exchange == Options()  # no flags: the defaults
+    assert run().method.exchange == Options()  # no flags: the defaults
     b512 = Options(quantizer_options={"bucket_size": 512})
-    assert run("--method", "terngrad-b512").exchange == b512
-    over = run("--method", "terngrad-b512", "--min-numel", "0", "--bucket-size", "64",
-               "--error-feedback").exchange  # fmt: skip
-    assert over == Options(min_numel=0, error_feedback=True, quantizer_options={"bucket_size": 64})
+    assert run("--method", "terngrad-b512").method.exchange == b512
+    over = run("--method", "terngrad-b512", "--min-numel", "0", "--error-feedback").method
+    assert over.name == "terngrad-b512-min0-ef"
+    assert run("--bucket-size", "64", "--quantize-last").method.name == "terngrad-b64-last"
     local = run("--method", "terngrad-b512-ef-localvar100", "--optimizer", "adamw")
-    assert (local.optimizer, local.variance_sync) == ("local-adamw", 100)
+    assert local.optimizer_recipe == "local-adamw" and local.method.recipe.every == 100
     warm = run("--method", "terngrad-warmup0.2", "--steps", "50")
-    assert warm.exchange.full_precision_steps == 10
-    assert run("--method", "fp16").baseline == "fp16"
+    assert warm.full_precision_steps == 10
+    assert run("--method", "fp16").method.baseline == "fp16"
+    assert run("--baseline", "powersgd", "--powersgd-rank", "4").method.name == "powersgd-r4"
+    added = run("--method", "terngrad-ef", "--local-steps", "8", "--steps", "16",
+                "--eval-every", "8")  # fmt: skip
+    assert added.method.name == "terngrad-ef-local8"  # not dropped: the run's method has it
+    outer = run("--method", "terngrad-local25", "--outer-lr", "0.5", "--steps", "50",
+                "--eval-every", "25")  # fmt: skip
+    assert outer.method.name == "terngrad-local25-olr0.5"
     with pytest.warns(FutureWarning):  # the preset's name: the method it always was
         old = run("--preset", "transformer")
-    assert old.exchange == b512
+    assert old.method.exchange == b512
 
 
 def test_a_flag_the_method_decides_otherwise_is_refused_not_dropped(capsys):
-    """``--method`` decides local steps, overlap, PowerSGD's rank and the warm-up: a flag that
-    says otherwise was dropped unsaid (``--method terngrad-ef --local-steps 8`` trained at
-    H = 1); it is refused in one line naming both, and the method that runs it."""
+    """A flag that says otherwise than its method (``--method terngrad-local16 --local-steps
+    8``, ``--method terngrad-b512 --bucket-size 64``) is refused in one line naming both, and
+    the method that runs it; nothing is overridden unsaid."""
     from terngrad.cli import build_parser
     from terngrad.cli.train import config
 
@@ -110,71 +118,76 @@ def test_a_flag_the_method_decides_otherwise_is_refused_not_dropped(capsys):
         return config(build_parser().parse_args(["train", "--out", "x", *flags]), out="x")
 
     refused = {
-        ("--method", "terngrad-ef", "--local-steps", "8", "--steps", "16"):
-            "--local-steps 8 is not what terngrad-ef runs (--local-steps 1); the method that "
-            "does is terngrad-ef-local8: name it, or leave out --local-steps",
-        ("--method", "terngrad-local25", "--outer-overlap", "--steps", "50"):
-            "--outer-overlap is not what terngrad-local25 runs (without --outer-overlap); the "
-            "method that does is terngrad-local25-overlap",
+        ("--method", "terngrad-local16", "--local-steps", "8", "--steps", "16"):
+            "--local-steps 8 is not what terngrad-local16 runs (--local-steps 16); the method "
+            "that does is terngrad-local8: name it, or leave out --local-steps",
+        ("--method", "terngrad-b512", "--bucket-size", "64"):
+            "--bucket-size 64 is not what terngrad-b512 runs (--bucket-size 512); the method "
+            "that does is terngrad-b64",
         ("--method", "powersgd", "--powersgd-rank", "4"):
-            "the method that does is powersgd-r4",
+            "give --method powersgd-r4",
         ("--method", "terngrad", "--full-precision-steps", "5"):
-            "--full-precision-steps 5 is not what terngrad runs (--full-precision-steps 0); a "
-            "warm-up is a share of the steps in the method's name (terngrad-warmup0.1, say)",
+            "full-precision-steps 5 is a warm-up, and method terngrad has none: a warm-up is a "
+            "share of the steps in the method's name (terngrad-warmup0.1, say)",
         ("--method", "fp32", "--error-feedback"):
-            "--error-feedback is not what fp32 runs (without --error-feedback); no method does",
-        # read by local steps only: recorded in config.json and never read
-        ("--outer-lr", "0.5"): "--outer-lr 0.5 sets the outer step of local steps, and this run "
-            "has none: give --local-steps, or a method with local steps (terngrad-local16)",
-        ("--method", "terngrad-ef", "--outer-momentum", "0.5"): "--outer-momentum 0.5 sets the "
-            "outer step of local steps, and this run has none",
+            "fp32 is PyTorch's own averaging: it takes no --error-feedback",
+        ("--method", "fp32", "--baseline", "fp16"): "give --method or --baseline, not both",
+        # read by local steps only: recorded and never read
+        ("--outer-lr", "0.5"): "--outer-lr 0.5 is a setting of local steps, and terngrad has "
+            "none: give --local-steps too, or a method with local steps (terngrad-local16)",
+        ("--method", "terngrad-ef", "--outer-momentum", "0.5"): "--outer-momentum 0.5 is a "
+            "setting of local steps, and terngrad-ef has none",
+        ("--method", "terngrad-local4", "--max-comm-share", "0.2"): "max_comm_share is the "
+            "share local_steps='auto' chooses H by; H is 4 here",
     }  # fmt: skip
     for flags, words in refused.items():
         with pytest.raises(ValueError) as exc:
             run(*flags)
         assert words in str(exc.value), flags
     # agreeing with the method, or a count over its warm-up share: trained as given
-    same = run("--method", "terngrad-local25", "--local-steps", "25", "--steps", "50")
-    assert same.local_steps == 25
-    outer = run("--method", "terngrad-local25", "--outer-lr", "0.5", "--steps", "50")
-    assert outer.outer_lr == 0.5
+    same = run("--method", "terngrad-local25", "--local-steps", "25", "--steps", "50",
+               "--eval-every", "25")  # fmt: skip
+    assert same.method.name == "terngrad-local25"
     warm = run("--method", "terngrad-warmup0.2", "--full-precision-steps", "5", "--steps", "50")
-    assert warm.exchange.full_precision_steps == 5
+    assert warm.hook_options.full_precision_steps == 5
     # through the command: one line, status 2, nothing run
     with pytest.raises(SystemExit) as exit_:
-        main(["train", "--out", "x", "--method", "terngrad-ef", "--local-steps", "8"])
+        main(["train", "--out", "x", "--method", "terngrad-local16", "--local-steps", "8"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
-        "terngrad: error: --local-steps 8 is not what terngrad-ef runs (--local-steps 1); the "
-        "method that does is terngrad-ef-local8: name it, or leave out --local-steps"
+        "terngrad: error: --local-steps 8 is not what terngrad-local16 runs (--local-steps 16); "
+        "the method that does is terngrad-local8: name it, or leave out --local-steps"
     ]
 
 
 def test_the_training_flags_are_the_configs_fields():
-    """Every setting of TrainConfig and Options has its flag, with the config's default: a
-    default or a range is written once, in the config."""
+    """Every setting of TrainConfig, Options and LocalSteps has its flag, with the config's
+    default: a default or a range is written once, in the config."""
     from dataclasses import MISSING
 
     from terngrad.cli import build_parser
+    from terngrad.cli.flags import RUN_OWN
     from terngrad.cli.train import config
     from terngrad.comm import Options
+    from terngrad.comm.spec.local import LocalSteps
     from terngrad.train.config import TrainConfig
     from terngrad.util.settings import flag_name, settings_of
 
+    RESOLVED = ("dataset", "batch_size", "full_precision_steps")  # by the config, where made
     parser = build_parser()
     train = next(a for a in parser._subparsers._group_actions[0].choices.items()
                  if a[0] == "train")[1]  # fmt: skip
     flags = {s for a in train._actions for s in a.option_strings}
-    for cls in (TrainConfig, Options):
+    for cls in (TrainConfig, Options, LocalSteps):
         for f, s in settings_of(cls):
-            if s.flag != "" and not (cls is Options and f.name in ("seed", "timeout")):
+            if s.flag != "" and not (cls is Options and f.name in RUN_OWN):
                 assert flag_name(f, s) in flags, f.name
     cfg = config(parser.parse_args(["train", "--out", "x"]), out="x")
     for f, _ in settings_of(TrainConfig):
-        if f.default is not MISSING and f.name not in ("dataset", "batch_size"):
+        if f.default is not MISSING and f.name not in RESOLVED:
             assert getattr(cfg, f.name) == f.default, f.name
-    assert (cfg.dataset, cfg.batch_size) == ("mnist", 64)  # resolved by the config
+    assert (cfg.dataset, cfg.batch_size, cfg.full_precision_steps) == ("mnist", 64, 0)
     cfg = config(parser.parse_args(["train", "--out", "x", "--model", "gpt", "--seed", "5"]),
                  out="x")  # fmt: skip
     assert (cfg.dataset, cfg.seed, cfg.hook_options.seed) == ("pydoc", 5, 5)

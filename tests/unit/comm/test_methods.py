@@ -10,9 +10,9 @@ from terngrad import quantize
 from terngrad.bench import network, overhead, perf_model, study
 from terngrad.comm import Options
 from terngrad.comm.spec import methods
+from terngrad.comm.spec.local import LocalSteps
 from terngrad.comm.spec.methods import FrozenVariance, LocalVariance, Method
 from terngrad.train.config import TrainConfig
-from terngrad.train.configure import configure
 
 
 def test_every_name_is_the_spec_it_says_and_reads_back():
@@ -67,6 +67,28 @@ def test_a_new_method_is_one_name_and_defaults_are_left_out():
     assert fitted.local_steps == 8 and "digits valued by a least-squares fit" in fitted.label
 
 
+def test_local_steps_are_one_settings_object_named_in_full():
+    """Every setting of local steps is in the name (defaults left out) and reads back."""
+    m = methods.get("terngrad-ef-local8-olr0.5-om0.5-overlap")
+    assert m.local == LocalSteps(8, overlap=True, outer_lr=0.5, outer_momentum=0.5)
+    assert m.local.nesterov is True  # put in its one form where made
+    assert "outer lr 0.5, outer momentum 0.5" in m.label
+    assert methods.get("terngrad-local4-om0").local == LocalSteps(4, outer_momentum=0.0)
+    assert methods.get("terngrad-local4-om0").local.nesterov is False
+    heavy = methods.get("terngrad-local4-heavyball")
+    assert heavy.local == LocalSteps(4, nesterov=False) and "heavy-ball" in heavy.label
+    auto = methods.get("terngrad-localauto-share0.2")
+    assert auto.local == LocalSteps("auto", max_comm_share=0.2)
+    for local in (LocalSteps(2, outer_lr=1.0, outer_momentum=0.0), LocalSteps("auto", True),
+                  LocalSteps(500, outer_lr=0.05, nesterov=False)):  # fmt: skip
+        made = Method(exchange=Options(), local=local)
+        assert methods.parse(made.name) == made, made.name
+    with pytest.raises(ValueError, match="nesterov needs outer_momentum > 0"):
+        LocalSteps(4, outer_momentum=0.0, nesterov=True)
+    with pytest.raises(ValueError, match="outer-lr must be a positive finite number"):
+        LocalSteps(4, outer_lr=0)
+
+
 @pytest.mark.parametrize(
     "name, why",
     [
@@ -88,8 +110,12 @@ def test_a_new_method_is_one_name_and_defaults_are_left_out():
         ("qsgd-5-ef-fit", "qsgd with 5 levels is not"),
         ("terngrad-local4-localvar100", "no optimizer recipe, warm-up, fused buckets"),
         ("terngrad-fused-local4", "no optimizer recipe, warm-up, fused buckets"),
-        ("terngrad-local1", "is written 'terngrad'"),
-        ("terngrad-overlap", "outer_overlap overlaps the outer exchange of local steps"),
+        ("terngrad-local1", "local steps of H = 1 are the exchange every step"),
+        ("terngrad-overlap", "is written 'terngrad-local16-overlap'"),
+        ("terngrad-olr0.5", "is written 'terngrad-local16-olr0.5'"),
+        ("terngrad-local4-om0-heavyball", "is written 'terngrad-local4-om0'"),
+        ("terngrad-local4-share0.2", "max_comm_share is the share local_steps='auto' chooses"),
+        ("terngrad-local4-om0.5-olr0.5", r"outer lr \(olr0.5\) comes before outer momentum"),
         ("terngrad-overlap-local4", r"local steps \(local4\) comes before overlap"),
         ("terngrad-localauto0", "unknown part 'localauto0'"),
     ],
@@ -141,47 +167,51 @@ def test_powersgd_names_its_rank_and_the_run_takes_it():
     m = methods.parse("powersgd-r8")
     assert (m.baseline, m.powersgd_rank, m.name) == ("powersgd", 8, "powersgd-r8")
     assert m.one_bucket and "rank 8" in m.label and "rank 2" in methods.get("powersgd").label
-    cfg = configure(m, TrainConfig(out="x"), "out")
-    assert (cfg.baseline, cfg.powersgd_rank, cfg.method) == ("powersgd", 8, "powersgd-r8")
-    hooked = configure(methods.get("terngrad"), cfg, "out")  # the rank does not follow
-    assert hooked.powersgd_rank == methods.POWERSGD_RANK and hooked.baseline is None
+    cfg = TrainConfig(out="x", method=m)
+    assert (cfg.method.baseline, cfg.method.powersgd_rank, cfg.method.name) == (
+        "powersgd", 8, "powersgd-r8")  # fmt: skip
+    assert TrainConfig.from_dict(cfg.to_dict()).method == m
     with pytest.raises(ValueError, match="powersgd_rank is PowerSGD's rank; fp16 has none"):
         Method(baseline="fp16", powersgd_rank=4)
     with pytest.raises(ValueError, match="terngrad's hook has none"):
         Method(exchange=Options(), powersgd_rank=4)
-    with pytest.raises(ValueError, match="powersgd-rank is PowerSGD's rank: give --baseline"):
-        TrainConfig(out="x", powersgd_rank=4)
 
 
-def test_configure_puts_the_protocol_over_the_method():
+def test_an_experiments_protocol_goes_over_the_method():
     base = TrainConfig(out="runs/x", steps=100, seed=3)
     every_tensor = {"quantize_last": True, "min_numel": 0, "quantizer_options": {"clip": None}}
-    b512 = configure(methods.get("terngrad-b512"), base, "runs/x/b512", every_tensor)
+    b512 = base.replace(
+        out="runs/x/b512", method=methods.get("terngrad-b512").under(**every_tensor)
+    )
     options = {"bucket_size": 512, "clip": None}
-    assert b512.exchange == Options(quantize_last=True, min_numel=0, quantizer_options=options)
-    assert (b512.out, b512.seed, b512.baseline) == ("runs/x/b512", 3, None)
-    fp32 = configure(methods.get("fp32"), base.replace(exchange=b512.exchange), "runs/x/fp32")
-    assert fp32.baseline == "fp32" and fp32.exchange == Options()  # unused: the defaults
+    assert b512.hook_options == Options(quantize_last=True, min_numel=0, quantizer_options=options,
+                                        seed=3, timeout=base.timeout)  # fmt: skip
+    assert b512.method.name == "terngrad-b512-noclip-last-min0"
+    assert methods.get("fp32").under(**every_tensor) == methods.get("fp32")  # PyTorch's own
     warm = methods.get("terngrad-warmup0.2")
-    assert configure(warm, base, "o").exchange.full_precision_steps == 20  # a fifth of the run
-    assert configure(warm, base, "o", None, 7).exchange.full_precision_steps == 7
-    assert configure(methods.get("terngrad"), base, "o").exchange.full_precision_steps == 0
+    assert base.replace(method=warm).full_precision_steps == 20  # a fifth of the run
+    assert base.replace(method=warm, full_precision_steps=7).hook_options.full_precision_steps == 7
+    assert base.replace(method="terngrad").full_precision_steps == 0
+    assert base.replace(method=warm).replace(method="terngrad").full_precision_steps == 0
 
 
 def test_recipes_set_the_optimizer_and_need_adamw():
     base = TrainConfig(out="runs/x", model="mlp", optimizer="adamw", steps=100)
-    cfg = configure(methods.get("terngrad-b512-ef-frozen0.2"), base, "runs/x/m")
-    assert (cfg.optimizer, cfg.freeze_after) == ("frozen-adamw", 20)
-    assert cfg.exchange.error_feedback and cfg.exchange.quantizer_options["bucket_size"] == 512
-    cfg = configure(methods.get("terngrad-b512-ef-localvar100"), base, "runs/x/l")
-    assert (cfg.optimizer, cfg.variance_sync, cfg.freeze_after) == ("local-adamw", 100, 0)
-    local = configure(methods.get("terngrad-ef-local4"), base.replace(eval_every=20), "o")
-    assert (local.local_steps, local.optimizer) == (4, "adamw") and local.exchange.error_feedback
-    assert configure(methods.get("fp32"), local, "o").local_steps == 1  # PyTorch's: every step
-    assert configure(methods.get("terngrad-b512"), base, "o").optimizer == "adamw"  # untouched
+    cfg = base.replace(method="terngrad-b512-ef-frozen0.2")
+    assert (cfg.optimizer_recipe, cfg.freeze_after) == ("frozen-adamw", 20)
+    assert (
+        cfg.hook_options.error_feedback and cfg.hook_options.quantizer_options["bucket_size"] == 512
+    )
+    cfg = base.replace(method="terngrad-b512-ef-localvar100")
+    assert (cfg.optimizer_recipe, cfg.freeze_after) == ("local-adamw", None)
+    local = base.replace(method="terngrad-ef-local4", eval_every=20)
+    assert (local.method.local_steps, local.optimizer_recipe) == (4, "adamw")
+    assert base.replace(method="terngrad-b512").optimizer_recipe == "adamw"  # untouched
     for name in ("terngrad-b512-ef-frozen0.2", "terngrad-b512-ef-localvar100"):
-        with pytest.raises(ValueError, match="exchanges AdamW's momentum; this run's optimizer"):
-            configure(methods.get(name), base.replace(optimizer="momentum"), "o")
+        with pytest.raises(ValueError, match=r"exchanges AdamW.s momentum .*give optimizer adamw"):
+            base.replace(method=name, optimizer="momentum")
+    with pytest.raises(ValueError, match="freeze_after is the steps before a frozen variance"):
+        base.replace(freeze_after=3)
 
 
 # --------------------------------------------------------------------------- the consumers

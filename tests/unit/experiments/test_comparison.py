@@ -14,7 +14,6 @@ from terngrad.experiments import comparison
 from terngrad.experiments.comparison import Comparison, Run
 from terngrad.train import outputs, run_folder
 from terngrad.train.config import TrainConfig
-from terngrad.train.configure import configure
 
 
 @dataclass(frozen=True)
@@ -25,7 +24,7 @@ class _Tiny(Comparison):
 
     def plan(self):
         return [
-            Run(m.name, configure(m, self.base, str(Path(self.base.out) / m.name)), m.name)
+            Run(m.name, self.base.replace(method=m, out=str(Path(self.base.out) / m.name)), m.name)
             for m in methods.select(self.names)
         ]
 
@@ -87,9 +86,11 @@ def test_every_run_is_checked_before_the_first_trains(tmp_path, monkeypatch):
 
 
 def test_bytes_per_step_counts_the_ring_for_pytorchs_all_reduce():
-    cfg = TrainConfig(out="x", model="mlp", dataset="synthetic", workers=4, baseline="fp16")
+    cfg = TrainConfig(out="x", model="mlp", dataset="synthetic", workers=4, method="fp16")
     d = comparison.gradient_numel(cfg)
     assert comparison.bytes_per_step(cfg, {"bytes_sent_per_step": None}) == 2 * 3 * 2 * d / 4
-    assert comparison.bytes_per_step(cfg.replace(baseline=None), {"bytes_sent_per_step": 7}) == 7
-    assert comparison.bytes_per_step(cfg.replace(baseline="powersgd"), {}) is None
+    assert (
+        comparison.bytes_per_step(cfg.replace(method="terngrad"), {"bytes_sent_per_step": 7}) == 7
+    )
+    assert comparison.bytes_per_step(cfg.replace(method="powersgd"), {}) is None
     assert comparison.spread([0.5, 0.7], 1, 100) == "60.0 ± 14.1"

@@ -16,21 +16,22 @@ def test_the_full_plan_runs_every_method_with_seeds_and_both_broadcasts(tmp_path
         return [r for r in runs if r.method == method and r.tags["variant"] == name]
 
     orq = variant("orq-9", "clip")[0].config
-    assert orq.exchange.make_quantizer().options == quantize.get("orq", levels=9, clip=2.5).options
-    assert orq.exchange.make_quantizer().bucket_size == oq.BUCKET
-    assert (orq.exchange.topology, orq.exchange.quantize_last, orq.exchange.min_numel) == (
-        "allgather", True, 0,
-    )  # fmt: skip
+    assert (
+        orq.hook_options.make_quantizer().options == quantize.get("orq", levels=9, clip=2.5).options
+    )
+    assert orq.hook_options.make_quantizer().bucket_size == oq.BUCKET
+    x = orq.hook_options
+    assert (x.topology, x.quantize_last, x.min_numel) == ("allgather", True, 0)
     assert orq.warmup_steps == 60
     plain = variant("terngrad-b512", "noclip")
     assert [r.config.seed for r in plain] == [0, 1, 2]
-    assert plain[0].config.exchange.quantizer_options == {"bucket_size": 512, "clip": None}
+    assert plain[0].config.hook_options.quantizer_options == {"bucket_size": 512, "clip": None}
     assert plain[0].config.warmup_steps == 0
-    sign = variant("signsgd-b512", "clip")[0].config.exchange.make_quantizer()
+    sign = variant("signsgd-b512", "clip")[0].config.hook_options.make_quantizer()
     assert (sign.bucket_size, sign.clip) == (512, 2.5)
     fp32 = [r for r in runs if r.method == "fp32"]
-    assert len(fp32) == 6 and all(r.config.baseline == "fp32" for r in fp32)
-    ps = [oq.exchange_of(r) for r in runs if r.config.exchange.topology == "ps"]
+    assert len(fp32) == 6 and all(r.config.method.baseline == "fp32" for r in fp32)
+    ps = [oq.exchange_of(r) for r in runs if "-ps" in r.config.method.name]
     assert ps == ["ps/coherent", "ps/requantize"] * 2
     # bits per element of one worker's message of LeNet's whole gradient
     bits = {r.method: oq.bits_per_element(r.config) for r in runs}

@@ -20,8 +20,9 @@ def test_lenet_uses_the_papers_settings():
         )  # fmt: skip
         assert cfg.total_batch_size == 64 and cfg.batch_size is None
         assert (cfg.lr_schedule, cfg.weight_decay, cfg.steps) == ("poly", 5e-4, 10_000)
-        assert cfg.exchange.quantize_last and cfg.exchange.min_numel == 0  # every layer ternarized
-        assert cfg.baseline is None  # fp32 through the same sharded exchange
+        x = cfg.hook_options
+        assert x.quantize_last and x.min_numel == 0  # every layer ternarized
+        assert cfg.method.baseline is None  # fp32 through the same sharded exchange
     assert len({r.config.out for r in runs}) == 4
 
 
@@ -30,12 +31,12 @@ def test_cifar_uses_table_1_settings():
     assert (fp32.model, fp32.dataset, fp32.optimizer, fp32.lr, fp32.batch_size) == (
         "cifarnet", "cifar10", "adam", 2e-4, 64,
     )  # fmt: skip
-    assert (fp32.workers, fp32.exchange.quantizer, tern.exchange.quantizer) == (
+    assert (fp32.workers, fp32.method.name, tern.method.name) == (
         2,
-        "fp32",
+        "fp32-sharded",
         "terngrad",
     )
-    assert not tern.exchange.quantize_last  # the hook's defaults: the last layer in fp32
+    assert not tern.hook_options.quantize_last  # the hook's defaults: the last layer in fp32
     assert paper.fashion("out", None, 10).plan()[0].config.dataset == "fashion"
 
 
@@ -67,6 +68,6 @@ def test_results_table_and_plot(tmp_path):
 
 def test_demo_is_lenet_fp32_against_terngrad_on_4_workers():
     runs = paper.demo("out", 50).plan()
-    assert [r.config.exchange.quantizer for r in runs] == ["fp32", "terngrad"]
+    assert [r.config.hook_options.quantizer for r in runs] == ["fp32", "terngrad"]
     assert all(isinstance(r.config, TrainConfig) and r.config.workers == 4 for r in runs)
     assert all(r.config.steps == 50 for r in runs)

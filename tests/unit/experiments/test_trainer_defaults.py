@@ -59,7 +59,7 @@ def test_every_setting_is_a_method_of_the_table_with_keywords_over_it():
             continue
         method = methods.get(setting.method or DEFAULT_METHOD)
         callback = setting.callback()
-        h = callback.local["local_steps"] if callback.local else 1
+        h = callback.local.every if callback.local else 1
         assert h == method.local_steps, name
         inner = methods.get(method.name.replace(f"-local{h}", "") if h != 1 else method.name)
         assert callback.options == inner.options(), name

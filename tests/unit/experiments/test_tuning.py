@@ -33,7 +33,8 @@ def test_every_method_at_every_rate_local_steps_at_every_outer_rate_on_the_tunin
     assert tuned.inner.bandwidth == "unlimited" and tuned.inner.seeds == 1
     assert {r.config.seed for r in runs} == {1000}
     assert [r.config.lr for r in runs] == [0.05, 0.01, 0.05, 0.05, 0.01, 0.01]
-    assert [r.config.outer_lr for r in runs[2:]] == [1.0, 0.5, 1.0, 0.5]
+    assert [r.config.method.local.outer_lr for r in runs[2:]] == [1.0, 0.5, 1.0, 0.5]
+    assert runs[3].config.method.name == "terngrad-local5-olr0.5"  # the rate, in its method
     assert runs[4].config.out == str(tmp_path / "tuning" / "terngrad-local5-lr0.01-olr1")
     assert runs[1].config.out == str(tmp_path / "tuning" / "fp32-lr0.01")
     five = tuning.LrGrid((0.08, 0.01, 0.03, 0.02, 0.05), seed=1)
@@ -229,8 +230,8 @@ def test_the_transformer_comparison_tunes_by_the_final_loss_and_compares_at_its_
     experiment = gpt.TransformerComparison(base, ("fp32", "terngrad-local25"), seeds=2)
     tuned = tuning.LrTuning.of(experiment, tuning.LrGrid((1e-3, 4e-3), seed=7, outer_lrs=(0.5,)))
     runs = tuned.plan()
-    assert [(r.method, r.config.lr, r.config.outer_lr, r.config.seed) for r in runs] == [
-        ("fp32", 4e-3, 0.7, 7), ("fp32", 1e-3, 0.7, 7),
+    assert [(r.method, r.config.lr, _outer_lr(r), r.config.seed) for r in runs] == [
+        ("fp32", 4e-3, None, 7), ("fp32", 1e-3, None, 7),
         ("terngrad-local25", 4e-3, 0.5, 7), ("terngrad-local25", 1e-3, 0.5, 7),
     ]  # fmt: skip
     assert tuned.target_metric == "loss" and tuned.target is None
@@ -241,8 +242,8 @@ def test_the_transformer_comparison_tunes_by_the_final_loss_and_compares_at_its_
         "terngrad-local25": {"chosen": {"lr": 1e-3, "outer_lr": 0.5}},
     }}  # fmt: skip
     fair = tuning.raced(experiment, record)
-    assert [(r.method, r.config.seed, r.config.lr, r.config.outer_lr) for r in fair.plan()] == [
-        ("fp32", 0, 4e-3, 0.7), ("fp32", 1, 4e-3, 0.7),
+    assert [(r.method, r.config.seed, r.config.lr, _outer_lr(r)) for r in fair.plan()] == [
+        ("fp32", 0, 4e-3, None), ("fp32", 1, 4e-3, None),
         ("terngrad-local25", 0, 1e-3, 0.5), ("terngrad-local25", 1, 1e-3, 0.5),
     ]  # fmt: skip
     with pytest.raises(ValueError, match="--tune-seed 1 is one of the seeds compared"):
@@ -342,3 +343,8 @@ def test_a_watched_run_is_stopped_once_it_can_no_longer_be_chosen_or_its_loss_is
     assert fp32[0.03]["diverged"]
     assert record["methods"]["fp32"]["chosen"]["lr"] == 0.05
     assert "| fp32 | diverged | **20** | > 20 (stopped) |" in text
+
+
+def _outer_lr(run) -> float | None:
+    local = run.config.method.local
+    return None if local is None else local.outer_lr

@@ -8,6 +8,7 @@ import pytest
 from support import REPO
 
 from terngrad.comm import Options
+from terngrad.comm.spec.method_spec import Method
 from terngrad.train.config import TrainConfig
 
 
@@ -22,8 +23,10 @@ def test_config_validation():
     with pytest.raises(ValueError, match=r"one of batch-size .* and total-batch-size, not both"):
         TrainConfig(out="x", batch_size=8, total_batch_size=64)
     assert TrainConfig(out="x").batch_size == 64  # neither: 64 a worker, said once
-    with pytest.raises(ValueError, match="a run's seed and timeout are its own"):
-        TrainConfig(out="x", exchange=Options(seed=3))
+    with pytest.raises(ValueError, match="a method's exchange leaves the run's settings"):
+        TrainConfig(out="x", method=Method(exchange=Options(seed=3)))
+    with pytest.raises(ValueError, match="method must be a name or a Method"):
+        TrainConfig(out="x", method=Options())
     with pytest.raises(ValueError, match="unknown optimizer"):
         TrainConfig(out="x", optimizer="lbfgs")
     cfg = TrainConfig(out="x", total_batch_size=64, batch_size=None, workers=4)
@@ -31,36 +34,53 @@ def test_config_validation():
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg
 
 
-def test_the_config_embeds_the_exchange_options_and_reads_the_flat_layout_of_0_1():
-
-    from terngrad.comm import Options
-
+def test_the_config_carries_its_method_and_reads_the_older_layouts():
     saved = json.loads((REPO / "docs/results/lenet/terngrad-2w/summary.json").read_text())[
         "config"
     ]  # written by terngrad 0.1: the exchange's options beside the run's
     cfg = TrainConfig.from_dict(saved)
-    assert cfg.exchange == Options(quantize_last=True, min_numel=0)
+    assert cfg.method == Method(exchange=Options(quantize_last=True, min_numel=0))
+    assert cfg.method.name == "terngrad-last-min0"
     assert (cfg.seed, cfg.timeout) == (0, 300.0)  # the run's own, read from the exchange's
     assert (cfg.lr, cfg.total_batch_size, cfg.steps) == (0.01, 64, 10000)
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg
-    assert cfg.to_dict()["exchange"]["quantize_last"] is True
-    other = TrainConfig(out="y", exchange=cfg.exchange.replace(topology="ps"), lr=0.5)
+    written = cfg.to_dict()
+    assert written["method"] == "terngrad-last-min0"  # the name is the spec
+    assert written["method_settings"]["exchange"]["quantize_last"] is True  # every setting
+    other = TrainConfig(out="y", method=cfg.method.under(topology="ps"), lr=0.5)
     assert cfg.diff(other, ignore=("out",)) == [
         "batch_size=64 instead of None",
         "lr=0.5 instead of 0.01",
         "lr_schedule='constant' instead of 'poly'",
+        "method='terngrad-ps-last-min0' instead of 'terngrad-last-min0'",
         "steps=1000 instead of 10000",
-        "topology='ps' instead of 'sharded'",
         "total_batch_size=None instead of 64",
         "weight_decay=0.0 instead of 0.0005",
         "workers=4 instead of 2",
     ]
-    assert TrainConfig(out="x", exchange=Options()).hook_options.timeout == 300.0
-    old = {**cfg.to_dict(), "exchange": {**cfg.to_dict()["exchange"], "seed": 7, "timeout": 60}}
-    del old["seed"], old["timeout"]  # as 0.3 wrote them: in the exchange's options
+    assert TrainConfig(out="x").hook_options.timeout == 300.0
+    # as 0.3 wrote them: the exchange nested, the seed and timeout in its options
+    old = {
+        k: v
+        for k, v in written.items()
+        if k not in ("method", "method_settings", "seed", "timeout", "full_precision_steps")
+    }
+    old["exchange"] = {**cfg.method.exchange.to_dict(), "seed": 7, "timeout": 60}
     moved = TrainConfig.from_dict(old)
-    assert (moved.seed, moved.timeout, moved.exchange.seed) == (7, 60, 0)
-    assert moved.hook_options.seed == 7 and "seed" not in moved.to_dict()["exchange"]
+    assert (moved.seed, moved.timeout, moved.method) == (7, 60, cfg.method)
+    assert moved.hook_options.seed == 7
+    # as the last version wrote them: the method's parts as fields of the run
+    local = {**old, "exchange": {"error_feedback": True}, "local_steps": 8, "outer_lr": 0.5,
+             "outer_momentum": 0.9, "outer_overlap": True, "max_comm_share": 0.1, "steps": 80,
+             "eval_every": 8, "baseline": None, "powersgd_rank": 2}  # fmt: skip
+    assert TrainConfig.from_dict(local).method.name == "terngrad-ef-local8-olr0.5-overlap"
+    frozen = {**old, "exchange": {"quantizer_options": {"bucket_size": 512}, "error_feedback":
+              True}, "optimizer": "frozen-adamw", "freeze_after": 2000}  # fmt: skip
+    read = TrainConfig.from_dict(frozen)
+    assert (read.method.name, read.freeze_after, read.optimizer) == (
+        "terngrad-b512-ef-frozen0.2", 2000, "adamw")  # fmt: skip
+    powersgd = {**old, "baseline": "powersgd", "powersgd_rank": 8}
+    assert TrainConfig.from_dict(powersgd).method.name == "powersgd-r8"
 
 
 def test_warmup_epochs_count_the_training_set_over_all_workers():
@@ -99,17 +119,10 @@ def test_bad_values_are_refused_by_the_python_api_too():
 
 def test_a_run_of_each_method_says_that_method_whole():
     """``summary.json``'s ``method`` held the quantizer's name alone (``terngrad`` for
-    ``terngrad-ef-local16``): it is now the run's whole method by the naming rule, the
-    name of every method of the table given to ``configure``, and a run from flags alone says
-    the method it amounts to."""
+    ``terngrad-ef-local16``): the run carries its whole method, and writes its name."""
     from terngrad.comm.spec import methods
-    from terngrad.train.configure import configure
 
     base = TrainConfig(optimizer="adamw", steps=1200, eval_every=400, out="x")
     for name in methods.METHODS:
-        m = methods.get(name)
-        assert configure(m, base, "x").method == m.name, name
-    flags = TrainConfig(out="x", steps=100, eval_every=50, local_steps=25, exchange=Options(
-        error_feedback=True, quantizer_options={"bucket_size": 512}))  # fmt: skip
-    assert flags.method == "terngrad-b512-ef-local25"
-    assert TrainConfig(out="x", exchange=Options(quantizer="qsgd")).method == "qsgd-5"
+        cfg = base.replace(method=name)
+        assert cfg.to_dict()["method"] == name and TrainConfig.from_dict(cfg.to_dict()) == cfg

@@ -198,30 +198,30 @@ def test_the_transformer_plan_runs_every_method_on_one_protocol():
     assert [r.method for r in runs[::2]] == list(tf.DEFAULT_METHODS)
     assert len(runs) == 2 * len(tf.DEFAULT_METHODS)
     by = {(r.method, r.tags["seed"]): r.config for r in runs}
-    assert by["fp32", 0].baseline == "fp32" and by["fp16", 1].baseline == "fp16"
-    assert by["terngrad", 0].exchange == Options()  # the hook's defaults
-    assert by["terngrad", 1].seed == 1 and by["terngrad", 0].baseline is None
+    assert by["fp32", 0].method.baseline == "fp32" and by["fp16", 1].method.baseline == "fp16"
+    assert by["terngrad", 0].method.exchange == Options()  # the hook's defaults
+    assert by["terngrad", 1].seed == 1 and by["terngrad", 0].method.baseline is None
     assert by["fp32", 1].seed == 1  # a baseline takes its data order from the run's seed
-    assert by["terngrad-b512", 0].exchange.make_quantizer().bucket_size == 512
-    assert by["terngrad-b2048", 0].exchange.make_quantizer().bucket_size == 2048
-    assert by["terngrad-ef", 0].exchange.error_feedback
-    assert by["terngrad-warmup0.2", 0].exchange.full_precision_steps == 20  # a fifth of the steps
-    both = by["terngrad-b512-warmup0.2", 0].exchange
-    assert both == by["terngrad-b512", 0].exchange.replace(full_precision_steps=20)
+    assert by["terngrad-b512", 0].hook_options.make_quantizer().bucket_size == 512
+    assert by["terngrad-b2048", 0].hook_options.make_quantizer().bucket_size == 2048
+    assert by["terngrad-ef", 0].hook_options.error_feedback
+    assert by["terngrad-warmup0.2", 0].full_precision_steps == 20  # a fifth of the steps
+    both = by["terngrad-b512-warmup0.2", 0].hook_options
+    assert both == by["terngrad-b512", 0].hook_options.replace(full_precision_steps=20)
     momentum = by["terngrad-b512-ef-frozen0.2", 0]
-    assert (momentum.optimizer, momentum.freeze_after) == ("frozen-adamw", 20)
-    assert momentum.exchange.error_feedback
+    assert (momentum.optimizer_recipe, momentum.freeze_after) == ("frozen-adamw", 20)
+    assert momentum.hook_options.error_feedback
     local = by["terngrad-b512-ef-localvar100", 0]
-    assert (local.optimizer, local.variance_sync) == ("local-adamw", 100)
-    assert by["qsgd-5", 0].exchange.quantizer == "qsgd"
-    assert by["orq-5", 0].exchange.quantizer == "orq"
+    assert local.optimizer_recipe == "local-adamw" and local.method.recipe.every == 100
+    assert by["qsgd-5", 0].hook_options.quantizer == "qsgd"
+    assert by["orq-5", 0].hook_options.quantizer == "orq"
     assert by["orq-5", 0].out.endswith("orq-5-s0") and by["orq-5", 1].out.endswith("orq-5-s1")
 
     def plan(names, **kw):
         return tf.TransformerComparison(base, names, **kw).plan()
 
-    assert plan(["terngrad-warmup0.2"], full_precision_steps=7)[0].config.exchange == (
-        by["terngrad-warmup0.2", 0].exchange.replace(full_precision_steps=7)
+    assert plan(["terngrad-warmup0.2"], full_precision_steps=7)[0].config.hook_options == (
+        by["terngrad-warmup0.2", 0].hook_options.replace(full_precision_steps=7)
     )
     with pytest.warns(FutureWarning):
         assert plan(["orq"])[0].method == "orq-5"  # the older name
