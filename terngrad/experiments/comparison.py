@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from terngrad.comm.spec.method_spec import Method
+from terngrad.comm.spec.options import Options
 from terngrad.train import models, outputs, run_folder
 from terngrad.train.config import RESUMABLE_CHANGES, TrainConfig
 from terngrad.train.launch import check_launch, launch, warm_up_kernels
@@ -96,6 +98,23 @@ class Comparison(ABC):
     @abstractmethod
     def report(self, runs: list[Run], summaries: list[dict[str, Any]], out: Path) -> str:
         """Write the comparison's results into ``out``; returns them as Markdown."""
+
+
+def base_protocol(base: TrainConfig, names: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The protocol a comparison's ``base`` holds in its method, which the comparison puts over
+    each method it runs: the exchange's ``names`` settings (``quantize_last``, ``min_numel``),
+    over terngrad's defaults. ``ValueError`` in one line for any other part of the base's
+    method: each run takes its own method, so that part would be dropped unsaid."""
+    x = base.method.exchange
+    protocol = {} if x is None else {name: getattr(x, name) for name in names}
+    plain = Method(exchange=Options(**protocol))
+    if base.method != plain:
+        raise ValueError(
+            f"the base's method {base.method.name} would not run: each run takes its own method "
+            f"(the base holds {'the protocol ' + ', '.join(names) if names else 'no method'}); "
+            f"give {base.method.name} among the methods, or leave the base's method {plain.name}"
+        )
+    return protocol
 
 
 def at_rates(cfg: TrainConfig, lr: float | None = None,

@@ -48,7 +48,7 @@ from typing import Any
 
 from terngrad.comm.spec import methods
 from terngrad.experiments import comparison
-from terngrad.experiments.comparison import Comparison, Run, at_rates, spread
+from terngrad.experiments.comparison import Comparison, Run, at_rates, base_protocol, spread
 from terngrad.experiments.time_to_accuracy_report import rate_words
 from terngrad.train import models
 from terngrad.train.config import TrainConfig
@@ -129,6 +129,7 @@ class TransformerComparison(Comparison):
         chosen = methods.select(self.methods, (*DEFAULT_METHODS, *LOCAL_METHODS))
         if self.seeds < 1:
             raise ValueError(f"seeds must be at least 1, got {self.seeds}")
+        base_protocol(self.base)  # (the base's method would not run)
         k = self.full_precision_steps
         if k is None:
             k = max(1, self.base.steps // 5)

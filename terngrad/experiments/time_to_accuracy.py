@@ -41,7 +41,15 @@ from terngrad.bench import testbed
 from terngrad.comm.spec import methods
 from terngrad.comm.spec.methods import Method
 from terngrad.experiments import time_to_accuracy_report as report
-from terngrad.experiments.comparison import Comparison, Echo, Observe, Run, Train, at_rates
+from terngrad.experiments.comparison import (
+    Comparison,
+    Echo,
+    Observe,
+    Run,
+    Train,
+    at_rates,
+    base_protocol,
+)
 from terngrad.experiments.time_to_accuracy_plot import plot
 from terngrad.train import outputs, run_folder
 from terngrad.train.config import TrainConfig
@@ -87,8 +95,7 @@ class AccuracyComparison(Comparison):
         _check_target(self.target, self.target_metric)
         if self.seeds < 1:
             raise ValueError(f"seeds must be at least 1, got {self.seeds}")
-        x = self.base.hook_options
-        protocol = {"quantize_last": x.quantize_last, "min_numel": x.min_numel}
+        protocol = base_protocol(self.base, ("quantize_last", "min_numel"))
         stop = self.target if self.stop_at_target else None
         by_loss = self.target_metric == "loss"
         runs = []

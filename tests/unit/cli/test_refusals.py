@@ -241,6 +241,14 @@ def _refused_by_bench_accuracy(capsys, argv, monkeypatch, tmp_path) -> str:
             ["--target", "90", "--tune-lr", "0.01", "--bandwidths", "1gbit", "fast"],
             "bandwidth must be a rate",
         ),
+        # a part of a method is the method's: refused, not dropped
+        (
+            ["--target", "90", "--methods", "terngrad-b512-ef-frozen0.2"],
+            "exchanges AdamW's momentum (AdamW's variance frozen after 20% of the steps, its "
+            "preconditioned momentum exchanged): give optimizer adamw, not 'momentum'",
+        ),
+        (["--target", "90", "--local-steps", "8"], "unrecognized arguments: --local-steps"),
+        (["--target", "90", "--outer-lr", "0.5"], "unrecognized arguments: --outer-lr"),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(capsys, monkeypatch, tmp_path, argv, message):

@@ -80,6 +80,20 @@ def test_every_method_gets_its_own_configuration(tmp_path):
     ]
 
 
+def test_a_base_method_that_would_not_run_is_refused(tmp_path):
+    """A race's base holds its protocol alone (which tensors stay in fp32): a method in it
+    would be dropped unsaid by every run, which takes its own; refused in one line."""
+    base = accuracy_base(tmp_path, method="terngrad-ef-local5")
+    with pytest.raises(ValueError, match=r"the base's method terngrad-ef-local5 would not run: "
+                       r"each run takes its own method"):  # fmt: skip
+        tta.AccuracyComparison(base, ("fp32", "terngrad"), "1gbit", 0.9).plan()
+    from terngrad.experiments import gpt
+
+    protocol = gpt.protocol(str(tmp_path), steps=50, eval_every=25, model="gpt-small")
+    with pytest.raises(ValueError, match="the base's method terngrad-b512 would not run"):
+        gpt.TransformerComparison(protocol.replace(method="terngrad-b512"), ("fp32",)).plan()
+
+
 def test_predictions_must_come_from_the_same_setting(tmp_path):
     summary = {"ranks": 2, "bandwidth": "unlimited", "model": "lenet", "batch_size": 64,
                "compute_seconds": 0.1, "methods": []}  # fmt: skip

@@ -1,0 +1,202 @@
+"""Whole tables of docs/*.md checked against the committed result files they come from: each
+table is read where the page states it and made again from ``docs/results/`` (a cell that
+drifts from its file, or a file that changes under a cell, fails here). The figures of the
+README and a few of its paragraphs: ``test_doc_figures.py``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+
+from terngrad.experiments.comparison import spread
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+RESULTS = DOCS / "results"
+SWEEP = json.loads((RESULTS / "accuracy" / "lenet-tuned" / "sweep.json").read_text())
+
+
+def _table(page: str, heading: str) -> list[list[str]]:
+    """The rows (cells stripped) of the first Markdown table at or after ``heading`` in
+    ``docs/<page>``, its header first, the separator left out."""
+    text = (DOCS / page).read_text()
+    lines = text[text.index(heading) :].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return [rows[0], *rows[2:]]
+
+
+# --------------------------------------------------------------------------- integrations.md
+
+
+def test_the_trainer_defaults_table_is_the_report_of_its_records(tmp_path):
+    """docs/integrations.md's table of the Trainer's settings: line for line what the
+    experiment's ``--report`` makes of the committed records (made again here, in a copy)."""
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    from terngrad.experiments import trainer_defaults
+
+    folder = RESULTS / "trainer-defaults"
+    for record in folder.glob("*-s*.json"):
+        shutil.copy(record, tmp_path / record.name)
+    made = trainer_defaults.report(tmp_path).strip().splitlines()
+    page = (DOCS / "integrations.md").read_text().splitlines()
+    start = page.index(made[0])
+    assert page[start : start + len(made)] == made
+    assert (folder / "results.md").read_text().strip().splitlines() == made
+
+
+# --------------------------------------------------------------------------- time-to-accuracy.md
+
+#: the race table's columns, as the sweep names the methods
+RACE_COLUMNS = {
+    "fp32": "fp32", "fp16": "fp16", "PowerSGD r1": "powersgd-r1", "PowerSGD r2": "powersgd",
+    "PowerSGD r4": "powersgd-r4", "`terngrad`": "terngrad", "`terngrad-local25`":
+    "terngrad-local25", "`fp32-sharded-local25`": "fp32-sharded-local25",
+    "`terngrad-localauto`": "terngrad-localauto",
+}  # fmt: skip
+RACE_LINKS = {"unlimited": "unlimited", "1 Gbit/s": "1gbit", "100 Mbit/s": "100mbit",
+              "25 Mbit/s": "25mbit", "10 Mbit/s": "10mbit"}  # fmt: skip
+
+
+def _race_cell(run: dict | None) -> str:
+    """``mean ± sd`` seconds to 98% where every seed reached it, ``not reached`` where one did
+    not, ``-`` where the method did not run on the link."""
+    if run is None:
+        return "-"
+    if run["seconds_to_target"] is None or run["reached_runs"] < len(run["seeds"]):
+        return "not reached"
+    return f"{run['seconds_to_target']:.0f} ± {run['seconds_to_target_sd']:.0f}"
+
+
+def test_the_tuned_lenet_race_table_is_the_sweeps():
+    """docs/time-to-accuracy.md's race at each method's tuned rate: every cell (bold marks
+    aside) and the link's communication over computation, from ``sweep.json``."""
+    header, *rows = _table("time-to-accuracy.md", "| link | comm / compute | fp32 | fp16 |")
+    assert header[2:] == list(RACE_COLUMNS)
+    assert [row[0] for row in rows] == list(RACE_LINKS)
+    for row in rows:
+        point = next(p for p in SWEEP["points"] if p["bandwidth"] == RACE_LINKS[row[0]])
+        ratio = point.get("communication_over_compute")
+        assert row[1] == ("-" if ratio is None else f"{ratio:.2f}"), row[0]
+        made = [_race_cell(point["methods"].get(m)) for m in RACE_COLUMNS.values()]
+        assert [cell.strip("*") for cell in row[2:]] == made, row[0]
+
+
+# --------------------------------------------------------------------------- local-steps.md
+
+LOCAL = RESULTS / "transformer-local"
+#: the GPT local-steps table's rows: their folders in transformer-local/ (``-s<seed>`` added
+#: for several seeds) and the seeds
+LOCAL_ROWS = {
+    "fp32-sharded-local25 (DiLoCo, fp32 outer gradients)": ("fp32-sharded-local25", 2),
+    "**terngrad-local25** (ternary, no error feedback: `DiLoCo`'s default now)":
+        ("terngrad-local25", 2),
+    "terngrad-local25, `--outer-lr 1 --outer-momentum 0` (the replicas' average, local SGD)":
+        ("terngrad-local25-avg-s0", 1),
+    "terngrad-ef-local25 (plain error feedback)": ("terngrad-ef-local25", 2),
+    "fp32-sharded-local10": ("fp32-sharded-local10", 1),
+    "terngrad-ef-local10": ("terngrad-ef-local10", 1),
+    "terngrad-local10 (no error feedback)": ("terngrad-local10", 2),
+    "terngrad-local25, `--outer-lr 1.0` (momentum 0.9)": ("terngrad-local25-olr1-s0", 1),
+}  # fmt: skip
+
+
+def _summary(folder: Path) -> dict:
+    return json.loads((folder / "summary.json").read_text())
+
+
+def test_the_gpt_local_steps_table_is_its_runs():
+    """docs/local-steps.md's GPT table: each row's final loss (mean ± sd over its seeds, and
+    seed 0's), its gap to fp32 DDP's 3-seed mean (in the header too) and its bytes."""
+    header, *rows = _table("local-steps.md", "| method | seeds | final val loss | vs fp32 DDP")
+    ddp = [_summary(RESULTS / "transformer-small" / f"fp32-s{s}")["loss"] for s in range(3)]
+    assert header[3] == f"vs fp32 DDP ({spread(ddp, 4)}, 3 seeds)"
+    by_name = {row[0]: row for row in rows}
+    for name, (folder, seeds) in LOCAL_ROWS.items():
+        row = by_name[name]
+        runs = [_summary(LOCAL / (f"{folder}-s{s}" if seeds > 1 else folder)) for s in
+                range(seeds)]  # fmt: skip
+        losses = [r["loss"] for r in runs]
+        loss = spread(losses, 4) + (f" (seed 0: {losses[0]:.4f})" if seeds > 1 else "")
+        gap = 100 * (statistics.fmean(losses) / statistics.fmean(ddp) - 1)
+        assert row[1:4] == [str(seeds), loss, f"{gap:+.1f}%"], name
+        sent = runs[0]["bytes_sent_per_step"]
+        if sent is not None and "(wire)" not in row[4]:
+            assert row[4] == f"{sent:,.0f}", name
+    inner = by_name["terngrad-local25, inner `--lr 2e-3` / `4e-3` / `8e-3`"]
+    assert inner[2] == " / ".join(
+        f"{_summary(LOCAL / f'terngrad-local25-lr{lr}-s0')['loss']:.4f}"
+        for lr in ("2e-3", "4e-3", "8e-3")
+    )
+
+
+def test_the_gpt_local_steps_losses_along_the_way_are_seed_0s():
+    """docs/local-steps.md's validation losses at steps 200 to 1,000, seed 0's metrics."""
+    header, *rows = _table("local-steps.md", "| step | 200 | 400 | 600 | 800 | 1000 |")
+    steps = [int(s) for s in header[1:]]
+    for row in rows:
+        lines = (LOCAL / f"{row[0]}-s0" / "metrics.jsonl").read_text().splitlines()
+        loss = {r["step"]: r["loss"] for r in map(json.loads, lines) if "loss" in r}
+        assert row[1:] == [f"{loss[s]:.3f}" if s in loss else "" for s in steps], row[0]
+
+
+def test_the_gpt_tuning_losses_are_its_points():
+    """docs/time-to-accuracy.md's final losses of the GPT's tuning so far, per method at lr
+    1e-3, 2e-3, 4e-3, 8e-3 (``—``: a point not yet run), from each point's summary."""
+    tuning = RESULTS / "accuracy" / "gpt-tuned" / "tuning"
+    words = " ".join((DOCS / "time-to-accuracy.md").read_text().split())
+    named = {"fp32": "fp32", "fp16": "fp16", "`terngrad-localvar-all`":
+             "terngrad-b512-last-min0-ef-localvar100", "`powersgd-r16`": "powersgd-r16",
+             "`terngrad-local25`": "terngrad-local25"}  # fmt: skip
+    points = 0
+    for said, method in named.items():
+        losses = []
+        for lr in ("0.001", "0.002", "0.004", "0.008"):
+            path = tuning / f"{method}-lr{lr}" / "summary.json"
+            losses.append(f"{json.loads(path.read_text())['loss']:.4f}" if path.exists() else "—")
+            points += path.exists()
+        assert f"{said} {', '.join(losses)}" in words, said
+    assert f"({points} of the grid's 24 points;" in words
+
+
+def _sweep_point(link: str) -> dict:
+    return next(p for p in SWEEP["points"] if p["bandwidth"] == link)
+
+
+def test_the_tuned_races_leads_and_goals_are_the_sweeps():
+    """docs/time-to-accuracy.md's leads of terngrad's fastest over PyTorch's fastest per link
+    (its opening and the goals), ``terngrad-local25``'s own at 25 and 10 Mbit/s, and terngrad's
+    slow-link times over the fastest unlimited one, from ``sweep.json``."""
+    words = " ".join((DOCS / "time-to-accuracy.md").read_text().split())
+
+    def lead(link: str) -> str:
+        return f"{_sweep_point(link)['terngrad_sooner_than_pytorch']:.2f}×"
+
+    def local25(link: str) -> str:
+        methods = _sweep_point(link)["methods"]
+        fastest = min(m["seconds_to_target"] for name, m in methods.items()
+                      if name in ("fp32", "fp16", "powersgd", "powersgd-r1", "powersgd-r4")
+                      and m["seconds_to_target"] is not None
+                      and m["reached_runs"] == len(m["seeds"]))  # fmt: skip
+        return f"{fastest / methods['terngrad-local25']['seconds_to_target']:.2f}×"
+
+    def over(link: str) -> str:
+        return f"{_sweep_point(link)['terngrad_over_fastest_on_fastest_link']:.2f}×"
+
+    assert (f"reaches 98% {lead('100mbit')} sooner than the fastest of PyTorch's (PowerSGD rank "
+            f"4) at 100 Mbit/s, `terngrad-localauto` {lead('25mbit')} at 25 and "
+            f"{lead('10mbit')} at 10 (`terngrad-local25` {local25('25mbit')} and "
+            f"{local25('10mbit')} there)") in words  # fmt: skip
+    assert f"level ({lead('unlimited')}, {lead('1gbit')}, within the seeds' spread)" in words
+    assert (f"**met** ({lead('100mbit')} at 100, {lead('25mbit')} at 25, {lead('10mbit')} at "
+            "10 Mbit/s") in words  # fmt: skip
+    assert f"ahead ({lead('unlimited')}, {lead('1gbit')} sooner than fp16" in words
+    assert f"**met** ({over('25mbit')}, {over('10mbit')}:" in words
