@@ -200,3 +200,120 @@ def test_the_tuned_races_leads_and_goals_are_the_sweeps():
             "10 Mbit/s") in words  # fmt: skip
     assert f"ahead ({lead('unlimited')}, {lead('1gbit')} sooner than fp16" in words
     assert f"**met** ({over('25mbit')}, {over('10mbit')}:" in words
+
+
+def _tuning_rows(folder: str) -> dict[str, list[str]]:
+    """A tuning's ``tuning.md`` table by method: its cells with "(stopped)" and the bold of the
+    chosen rate left out."""
+    path = RESULTS / "accuracy" / folder / "tuning" / "tuning.md"
+    lines = [line for line in path.read_text().splitlines() if line.startswith("| ")]
+    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines[1:]]
+    return {row[0]: [c.replace(" (stopped)", "").strip("*") for c in row[1:]] for row in cells}
+
+
+def test_the_lenet_tuning_table_is_its_tuning():
+    """docs/time-to-accuracy.md's steps to 98% by learning rate: the tuning's own table (and the
+    0.12 column, tried later, its own), the chosen rate in bold where the tuning bolds it."""
+    header, *rows = _table("time-to-accuracy.md", "| method | 0.01 | 0.02 | 0.03 | 0.05 |")
+    tuned, edge = _tuning_rows("lenet-tuned"), _tuning_rows("lenet-edge")
+    named = {"fp32 (DDP)": "fp32", "fp16 (PyTorch's hook)": "fp16", "PowerSGD rank 2": "powersgd",
+             "PowerSGD rank 1": "powersgd-r1", "PowerSGD rank 4": "powersgd-r4",
+             "`terngrad` (per step, sharded)": "terngrad"}  # fmt: skip
+    assert header[1:] == ["0.01", "0.02", "0.03", "0.05", "0.08", "0.12"]
+    for row in rows:
+        label = named.get(row[0]) or row[0].replace("`", "").replace("outer lr 1.0", "outer lr 1")
+        cells = [c.strip("*") for c in row[1:]]
+        assert cells[:5] == tuned[label], row[0]
+        assert cells[5] == (edge[label][0] if label in edge else ""), row[0]
+
+
+def test_the_local_steps_sweep_table_is_its_files():
+    """docs/local-steps.md's seconds to 98% of the local-steps sweep (the protocol's lr), each
+    cell the mean ± sd over its seeds from ``sweep-local``; blank where a method did not run on
+    the link; the per-step TernGrad column the own-scales fused exchange where it ran."""
+    sweep = json.loads((RESULTS / "accuracy" / "sweep-local" / "sweep.json").read_text())
+    points = {p["bandwidth"]: p["methods"] for p in sweep["points"]}
+    header, *rows = _table("local-steps.md", "| link | fp32 | fp16 | PowerSGD | per-step")
+    columns = ["fp32", "fp16", "powersgd", None, "terngrad-ef-local25", "fp32-sharded-local25",
+               "terngrad-ef-local25-overlap", "terngrad-ef-localauto"]  # fmt: skip
+    assert len(header) == 1 + len(columns)
+    assert [row[0] for row in rows] == list(RACE_LINKS)
+
+    def cell(run: dict | None) -> str:
+        return "" if run is None else _race_cell(run)
+
+    for row in rows:
+        methods = points[RACE_LINKS[row[0]]]
+        own = methods.get("terngrad-own-scales-fused")
+        step = (f"{cell(own)} (own-fused)" if own is not None
+                else f"{cell(methods['terngrad'])} (sharded)")  # fmt: skip
+        made = [step if m is None else cell(methods.get(m)) for m in columns]
+        assert [c.strip("*") for c in row[1:]] == made, row[0]
+
+
+def test_the_fsdp_table_is_its_two_runs():
+    """docs/integrations.md's FSDP2 comparison: bytes, step, tokens a second and validation
+    losses of the fp32 and the TernGrad reduce-scatter, and the gaps the text draws from them."""
+    runs = [json.loads((RESULTS / "fsdp" / f"{name}.json").read_text())
+            for name in ("fsdp", "terngrad")]  # fmt: skip
+    _, *rows = _table("integrations.md", "| | FSDP2's reduce-scatter (fp32) | TernGrad's |")
+    by = {row[0]: row[1:] for row in rows}
+    fp32, ours = (r["reduce_scatter_bytes_per_step"] for r in runs)
+    assert by["reduce-scatter bytes sent per step per rank"] == [
+        f"{fp32:,.0f}",
+        f"**{ours:,.0f} ({fp32 / ours:.1f}× fewer)**",
+    ]
+    assert by["step (mean over 200)"] == [
+        f"{r['step_seconds']:.3f} s ({r['tokens_per_step'] / r['step_seconds']:,.0f} tokens/s)"
+        for r in runs
+    ]
+    losses = [{p["step"]: p["validation_loss"] for p in r["curve"]} for r in runs]
+    assert by["validation loss at step 25 / 100 / 200"] == [
+        " / ".join(f"{loss[s]:.4f}" for s in (25, 100, 200)) for loss in losses
+    ]
+    assert by["every rank's full parameters the same"] == [
+        "yes" if r["replicas_identical"] else "no" for r in runs
+    ]
+    gaps = {s: 100 * (losses[1][s] / losses[0][s] - 1) for s in losses[0]}
+    later = [g for s, g in gaps.items() if 25 < s < 200]
+    words = " ".join((DOCS / "integrations.md").read_text().split())
+    assert (f"TernGrad ended **{-gaps[200]:.1f}% below** FSDP's fp32 at step 200 "
+            f"({gaps[25]:.1f}% at step 25 and between {max(later):.1f}% and {min(later):.1f}% "
+            "after)").replace("-", "−") in words  # fmt: skip
+
+
+def test_the_lenet_lag_table_is_its_five_seeds():
+    """docs/time-to-accuracy.md's lag study: steps to 98% per seed and their mean ± sd, the
+    mean accuracy of the evaluations at steps 1,400 to 1,500 (mean ± sd over the seeds), and
+    the paired differences from fp32, seed by seed, with their t statistics."""
+    runs = json.loads((RESULTS / "accuracy" / "lag-lenet" / "results.json").read_text())["runs"]
+    _, *rows = _table("time-to-accuracy.md", "| method | steps to 98% | per seed |")
+    named = {"DDP fp32": "fp32", "TernGrad, clip 2.5σ (default)": "terngrad",
+             "TernGrad, no clipping": "terngrad-noclip"}  # fmt: skip
+
+    def of(method: str) -> tuple[list[float], list[float]]:
+        mine = sorted((r for r in runs if r["method"] == method), key=lambda r: r["seed"])
+        late = [statistics.fmean(p["accuracy"] for p in r["curve"] if 1400 <= p["step"] <= 1500)
+                for r in mine]  # fmt: skip
+        return [r["reached"]["step"] for r in mine], late
+
+    def paired(ours: list[float], theirs: list[float], digits: int, scale: float = 1) -> str:
+        d = [scale * (a - b) for a, b in zip(ours, theirs, strict=True)]
+        mean, sd = statistics.fmean(d), statistics.stdev(d)
+        t = mean / (sd / len(d) ** 0.5)
+        return f"{mean:+.{digits}f} ± {sd:.{digits}f} (t = {t:.1f})".replace("-", "−")
+
+    fp32_steps, fp32_late = of("fp32")
+    for row in rows:
+        steps, late = of(named[row[0]])
+        cells = [c.strip("*") for c in row[1:]]
+        assert cells[:3] == [
+            spread(steps, 0),
+            " ".join(str(s) for s in steps),
+            spread(late, 2, 100) + "%",
+        ], row[0]
+        if named[row[0]] == "fp32":
+            assert cells[3:] == ["", ""]
+        else:
+            assert cells[3:] == [paired(steps, fp32_steps, 0),
+                                 paired(late, fp32_late, 3, 100)], row[0]  # fmt: skip
