@@ -290,3 +290,78 @@ def test_the_local_steps_sweeps_steps_are_its_files():
         f"{fp32[0]:.0f} ± {fp32[1]:.0f} ({local[0] / fp32[0]:.2f}×); the overlap form "
         f"{overlap[0]:.0f} ± {overlap[1]:.0f}" in _words("local-steps.md")
     )
+
+
+def test_the_races_rates_and_bytes_are_the_sweeps():
+    """The README's rates tuned (every tuned method's lr, local steps' outer rate) and the wire
+    bytes a step per rank of local steps and of per-step TernGrad, over every link of the
+    sweep (each rounded as the README states it)."""
+    chosen: dict[str, set] = {}
+    wire: dict[str, list[float]] = {"terngrad": [], "terngrad-local25": []}
+    for point in SWEEP["points"]:
+        for name, m in point["methods"].items():
+            chosen.setdefault(name, set()).add((m.get("lr"), m.get("outer_lr")))
+        link = RESULTS / "accuracy" / "lenet-tuned" / point["bandwidth"] / "results.json"
+        for m in json.loads(link.read_text())["methods"]:
+            if m["method"] in wire:
+                wire[m["method"]].append(m["wire_bytes_per_step"])
+    per_step = {chosen[n].pop() for n in ("fp32", "fp16", "powersgd", "powersgd-r4", "terngrad")}
+    assert per_step == {(0.08, None)}
+    ((lr, outer),) = chosen["terngrad-local25"]
+    assert f"The rates tuned: 0.08 for fp32, fp16, PowerSGD and per-step TernGrad; {lr:g} " \
+        f"(outer {outer:g}) for local steps" in WORDS  # fmt: skip
+    local = {f"{b / 1e6:.2f}" for b in wire["terngrad-local25"]}
+    tern = {f"{b / 1e6:.2f}" for b in wire["terngrad"]}
+    assert len(local) == len(tern) == 1
+    assert f"send {local.pop()} MB a step per rank" in WORDS
+    assert f"per-step TernGrad ({tern.pop()} MB)" in WORDS
+
+
+def test_the_gpt_local_steps_limits_are_its_runs():
+    """The README's limits on the GPT: local steps end 7–19% above DDP's loss, +7.3% at H = 10
+    (``terngrad-local10``, 2 seeds), 15–19% at H = 25 at every inner lr tried (against DDP at
+    the same lr), from transformer-local/ and DDP's 3-seed mean."""
+    local = RESULTS / "transformer-local"
+
+    def loss(folder: Path) -> float:
+        return json.loads((folder / "summary.json").read_text())["loss"]
+
+    ddp = statistics.fmean(loss(RESULTS / "transformer-small" / f"fp32-s{s}") for s in range(3))
+    h10 = statistics.fmean(loss(local / f"terngrad-local10-s{s}") for s in range(2))
+    h25 = {"1e-3": statistics.fmean(loss(local / f"terngrad-local25-s{s}") for s in range(2))}
+    ddp_at = {"1e-3": ddp}
+    for lr in ("2e-3", "4e-3"):  # (DDP was run at these rates too)
+        h25[lr] = loss(local / f"terngrad-local25-lr{lr}-s0")
+        ddp_at[lr] = loss(local / f"fp32-lr{lr}-s0")
+    gaps = [100 * (h25[lr] / ddp_at[lr] - 1) for lr in h25]
+    low, high = round(100 * (h10 / ddp - 1)), round(max(gaps))
+    assert (
+        f"(+{100 * (h10 / ddp - 1):.1f}% at H = 10, {round(min(gaps))}–{high}% at H = 25" in WORDS
+    )
+    assert f"end {low}–{high}% above DDP's loss there" in WORDS
+
+
+def test_the_mlps_bytes_are_the_traffic_models():
+    """The README's (and docs/distributed.md's) bytes of examples/ddp_terngrad.py's MLP at 4
+    ranks: sharded TernGrad against PyTorch's fp32 ring all-reduce, from the traffic model,
+    which ``tests/distributed/test_traffic_model.py`` holds to the hook's own counters."""
+    import torch
+    from torch import nn
+
+    from terngrad.bench.profile import profile
+    from terngrad.bench.traffic_model import transfers
+    from terngrad.comm import ring_bytes
+
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                        nn.Linear(256, 10))  # fmt: skip
+    prof = profile(mlp, (784,))
+    sent, fp32 = {}, {}
+    for world in (2, 4):
+        sent[world] = sum(t.ranks[0].sent * t.weight for t in transfers(prof, "terngrad", world))
+        fp32[world] = ring_bytes(4 * prof.numel, world)
+    assert f"each rank sends {fp32[4] / sent[4]:.1f}× fewer bytes a step" in WORDS
+    distributed = _words("distributed.md")
+    assert (f"{sent[4]:,.0f} vs {fp32[4]:,.0f}: **{fp32[4] / sent[4]:.1f}× fewer** "
+            f"({fp32[2] / sent[2]:.1f}× at 2 ranks)") in distributed  # fmt: skip
+    assert f"MLP 784-256-256-10 ({prof.numel:,} parameters;" in distributed
