@@ -365,3 +365,17 @@ def test_the_mlps_bytes_are_the_traffic_models():
     assert (f"{sent[4]:,.0f} vs {fp32[4]:,.0f}: **{fp32[4] / sent[4]:.1f}× fewer** "
             f"({fp32[2] / sent[2]:.1f}× at 2 ranks)") in distributed  # fmt: skip
     assert f"MLP 784-256-256-10 ({prof.numel:,} parameters;" in distributed
+
+
+def test_the_readmes_test_times_are_the_measured_ones():
+    """The README's times of ``make test`` and ``make test-fast``, from the measured run."""
+    times = json.loads((RESULTS / "test-suite" / "times.json").read_text())
+    minutes = round(times["make_test_seconds"] / 60)
+    assert f"(~{minutes} min on 2 cores)" in README
+    assert (
+        times["make_test_fast_seconds"] < 120 and "the unit tier alone (under 2 minutes)" in README
+    )
+    words = _words("training.md")
+    seconds = times["make_test_seconds"]
+    assert f"on 2 cores of an AMD EPYC: {seconds // 60} min {seconds % 60} s" in words
+    assert f"pytest {times['make_test_pytest_seconds']} s;" in words
