@@ -317,3 +317,48 @@ def test_the_lenet_lag_table_is_its_five_seeds():
         else:
             assert cells[3:] == [paired(steps, fp32_steps, 0),
                                  paired(late, fp32_late, 3, 100)], row[0]  # fmt: skip
+
+
+#: the LeNet sweeps' method labels, as their files name the methods
+SWEEP_METHODS = {"DDP fp32": "fp32", "PyTorch fp16 hook": "fp16",
+                 "PyTorch PowerSGD (rank 2)": "powersgd", "TernGrad sharded": "terngrad",
+                 "TernGrad, own scales, fused": "terngrad-own-fused"}  # fmt: skip
+
+
+def _sweep_row(m: dict, accuracy: bool) -> list[str]:
+    """A row of a LeNet sweep's table from its method's entry of a link's ``results.json``:
+    steps and seconds to 98% (mean ± sd over the seeds), how much sooner than fp32 and fp16,
+    seconds a step, wire MB a step per rank and, where the table has it, final accuracy."""
+    reached = m["reached"]
+    row = [
+        f"{reached['step']:.0f} ± {m['steps_to_target_sd']:.0f}",
+        f"{reached['train_seconds']:.0f} ± {m['seconds_to_target_sd']:.0f}",
+        f"{m['sooner_than_fp32']:.2f}×", f"{m['sooner_than_fp16']:.2f}×",
+        f"{m['step_seconds']:.3f}", f"{m['wire_bytes_per_step'] / 1e6:.3f}",
+    ]  # fmt: skip
+    return row + ([f"{100 * m['final_accuracy']:.2f}%"] if accuracy else [])
+
+
+@pytest.mark.parametrize(
+    "folder, first_row",
+    [
+        ("sweep-amd", "| unlimited | DDP fp32 | 775 ± 25 | 57 ± 0 |"),
+        ("sweep-amd/session-2026-12-03", "| 100 Mbit/s | DDP fp32 | 775 ± 25 | 194 ± 5 |"),
+        ("sweep-lenet", "| unlimited | DDP fp32 | 758 ± 14 | 47 ± 1 |"),
+    ],
+)
+def test_the_lenet_sweep_tables_are_their_files(folder, first_row):
+    """docs/time-to-accuracy.md's LeNet sweeps at the paper's lr (the AMD Zen 4 sweep, its
+    earlier session, the Intel one): every cell of every row from its link's results.json."""
+    text = (DOCS / "time-to-accuracy.md").read_text()
+    lines = text[text.index(first_row) :].splitlines()
+    rows = []
+    for line in lines:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    for row in rows:
+        link = RACE_LINKS[row[0]]
+        found = json.loads((RESULTS / "accuracy" / folder / link / "results.json").read_text())
+        m = next(m for m in found["methods"] if m["method"] == SWEEP_METHODS[row[1].strip("*")])
+        assert row[2:] == _sweep_row(m, accuracy=len(row) == 9), (link, row[1])
