@@ -4,16 +4,14 @@ which setting of the callback gives fp32's loss with the Trainer's defaults.
     torchrun --standalone --nproc-per-node 2 -m terngrad.experiments.trainer_defaults \\
         --model gpt2 --setting local16 --seed 0 --out docs/results/trainer-defaults
 
-A model nobody here tuned, made from a config (nothing downloaded): a GPT-2 (``gpt2``: vocabulary
-256, width 64, 4 layers, tied embeddings as GPT-2 has them) or a BERT-style encoder trained as a
-masked language model (``bert``: vocabulary 256 bytes + 4 specials, width 64, 4 layers, its
-decoder tied to the word embeddings), on Python's documentation read as bytes
-(:func:`byte_streams`: every 10th file held out, as :mod:`terngrad.train.text` splits it). The
+A model nobody here tuned, made from a config (nothing downloaded), of the zoo's six families
+(:mod:`terngrad.experiments.zoo`: GPT-2, BERT, Llama-, Qwen2-, T5-style, a ViT), on real text
+read as bytes (Python's documentation or Vim's help, every 10th file held out) or MNIST. The
 Trainer's defaults: AdamW at lr 1e-3 with a linear warm-up (``--warmup``) and cosine decay,
-``max_grad_norm`` 1.0, weight decay 0, 16 windows of 128 bytes per rank and step; gloo, one
-thread per rank. The eval loss on fixed held-out windows every ``--eval-every`` steps and at
-the end (multiples of every H of :data:`SETTINGS`, where the replicas of local steps are one
-model).
+``max_grad_norm`` 1.0, weight decay 0, 16 windows of 128 bytes (or images) per rank and step;
+gloo, one thread per rank. The eval loss on fixed held-out windows every ``--eval-every``
+steps and at the end (multiples of every H of :data:`SETTINGS`, where the replicas of local
+steps are one model).
 
 Each run writes ``<out>/<model>-<setting>-s<seed>.json``: the final eval loss, the curve, and
 the callback's bytes per step per rank (``terngrad/bytes_sent_per_step``) against DDP's fp32
@@ -35,7 +33,7 @@ from typing import Any
 import torch
 
 from terngrad.comm.exchanges.traffic import ring_bytes
-from terngrad.train import text
+from terngrad.experiments import zoo
 from terngrad.util.files import atomic_write_text
 
 
@@ -100,91 +98,9 @@ SETTINGS: dict[str, Setting | None] = {
     "local16-avg": Setting("terngrad-ef-local16", AVERAGE),
     "local8-avg": Setting("terngrad-ef-local8", AVERAGE),
 }
-MODELS = ("gpt2", "bert")
-CONTEXT = 128  # bytes a window
-BATCH = 16  # windows per rank and step
-EVAL_WINDOWS = 256  # fixed held-out windows
-VOCAB = 256  # bytes
-MASK = VOCAB  # BERT's [MASK]; ids 257-259 are its other specials, unused here
-MASK_SHARE = 0.15  # of the tokens BERT predicts (80% masked, 10% random, 10% kept)
-
-
-def byte_streams(folder: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The training and held-out text of Python's documentation (or ``folder``'s ``*.txt``)
-    as UTF-8 bytes: the files in path order, every :data:`~terngrad.train.text.HELD_OUT`-th
-    held out, as :func:`terngrad.train.text.load_pydoc` splits them."""
-    root = Path(folder) if folder else text.pydoc_folder()
-    if root is None:
-        raise SystemExit(f"Python's documentation is missing: {text.PYDOC_INSTALL}")
-    files = sorted(root.rglob("*.txt"), key=lambda p: p.relative_to(root).as_posix())
-    held = text.HELD_OUT
-    parts = (
-        [f for i, f in enumerate(files) if i % held != held - 1],
-        [f for i, f in enumerate(files) if i % held == held - 1],
-    )
-    return tuple(
-        torch.frombuffer(bytearray(text._read(p).encode("utf-8")), dtype=torch.uint8) for p in parts
-    )
-
-
-class Windows(torch.utils.data.Dataset):
-    """Windows of :data:`CONTEXT` bytes of ``tokens`` at ``starts``; for BERT with a
-    ``mask_seed`` each window masked by its own seeded draw (the held-out set: the same masks
-    at every evaluation), else by the collator, anew each time."""
-
-    def __init__(self, tokens: torch.Tensor, starts: torch.Tensor, model: str,
-                 mask_seed: int | None = None) -> None:  # fmt: skip
-        self.tokens, self.starts, self.model, self.mask_seed = tokens, starts, model, mask_seed
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        start = int(self.starts[i])
-        ids = self.tokens[start : start + CONTEXT].long()
-        if self.model == "gpt2":
-            return {"input_ids": ids, "labels": ids}
-        if self.mask_seed is None:
-            return {"input_ids": ids}
-        g = torch.Generator().manual_seed(self.mask_seed * len(self) + i)
-        return dict(zip(("input_ids", "labels"), mask(ids[None], g), strict=True))
-
-
-def mask(ids: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
-    """BERT's masking of a batch: :data:`MASK_SHARE` of the tokens to predict, of those 80%
-    become [MASK], 10% a random byte, 10% stay; labels -100 elsewhere."""
-    u = torch.rand((*ids.shape, 3), generator=generator)
-    chosen = u[..., 0] < MASK_SHARE
-    inputs = ids.clone()
-    inputs[chosen & (u[..., 1] < 0.8)] = MASK
-    randomised = chosen & (u[..., 1] >= 0.8) & (u[..., 2] < 0.5)
-    inputs[randomised] = torch.randint(0, VOCAB, ids.shape, generator=generator)[randomised]
-    return inputs.squeeze(0), torch.where(chosen, ids, -100).squeeze(0)
-
-
-def collate(examples: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Stack a batch; BERT's training windows get their masks here (the held-out ones have
-    them)."""
-    batch = {k: torch.stack([e[k] for e in examples]) for k in examples[0]}
-    if "labels" not in batch:
-        batch["input_ids"], batch["labels"] = mask(batch["input_ids"])
-    return batch
-
-
-def build_model(name: str) -> torch.nn.Module:
-    """The untuned model ``name`` from its config (the caller seeds torch first)."""
-    if name == "gpt2":
-        from transformers import GPT2Config, GPT2LMHeadModel
-
-        config = GPT2Config(vocab_size=VOCAB, n_positions=CONTEXT, n_embd=64, n_layer=4,
-                            n_head=4, bos_token_id=0, eos_token_id=0)  # fmt: skip
-        return GPT2LMHeadModel(config)
-    from transformers import BertConfig, BertForMaskedLM
-
-    config = BertConfig(vocab_size=VOCAB + 4, hidden_size=64, num_hidden_layers=4,
-                        num_attention_heads=4, intermediate_size=256,
-                        max_position_embeddings=CONTEXT, pad_token_id=VOCAB + 1)  # fmt: skip
-    return BertForMaskedLM(config)
+MODELS = tuple(zoo.FAMILIES)
+BATCH = 16  # windows (or images) per rank and step
+EVAL_WINDOWS = 256  # fixed held-out windows (or images)
 
 
 def counted_bytes(model: torch.nn.Module, setting: Setting | None,
@@ -254,7 +170,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=320, help="optimizer steps")
     parser.add_argument("--eval-every", type=int, default=80)
     parser.add_argument("--warmup", type=int, default=30, help="linear warm-up steps")
-    parser.add_argument("--data-dir", default=None, help="a folder of .txt files (pydoc)")
+    parser.add_argument("--text", choices=tuple(zoo.TEXTS), default=None,
+                        help="the text the model reads (default: its family's)")  # fmt: skip
+    parser.add_argument("--data-dir", default=None,
+                        help="a folder of .txt files instead (the ViT: MNIST's)")  # fmt: skip
     parser.add_argument("--out", required=True, help="folder of the result files")
     parser.add_argument("--report", action="store_true",
                         help="no training: write --out's results.md from its records")  # fmt: skip
@@ -281,13 +200,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         print(report(Path(args.out)))
         return {}
     torch.set_num_threads(1)
-    train, held_out = byte_streams(args.data_dir)
-    g = torch.Generator().manual_seed(1234)  # the data, the same for every seed
-    starts = torch.randperm((len(train) - CONTEXT) // CONTEXT, generator=g) * CONTEXT
-    spread = torch.linspace(0, len(held_out) - CONTEXT - 1, EVAL_WINDOWS).long()
-    evaluation = Windows(held_out, spread, args.model, mask_seed=99)
+    train, evaluation = zoo.datasets(args.model, EVAL_WINDOWS, args.text, args.data_dir)
     set_seed(args.seed)
-    model = build_model(args.model)
+    model = zoo.build_model(args.model)
     setting = SETTINGS[args.setting]
     callback = None if setting is None else setting.callback()
     out = Path(args.out)
@@ -301,8 +216,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         disable_tqdm=True, seed=args.seed,
     )  # fmt: skip
     trainer = Trainer(
-        model=model, args=training, train_dataset=Windows(train, starts, args.model),
-        eval_dataset=evaluation, data_collator=collate,
+        model=model, args=training, train_dataset=train, eval_dataset=evaluation,
+        data_collator=zoo.collate,
         callbacks=[] if callback is None else [callback],
     )  # fmt: skip
     began = time.perf_counter()
@@ -314,6 +229,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     sent = fp32 if callback is None else callback.state.stats.bytes_sent_per_step
     record = {
         "model": args.model, "setting": args.setting, "seed": args.seed,
+        "text": None if zoo.FAMILIES[args.model].task == "image"
+        else args.text or zoo.FAMILIES[args.model].text,
         "callback": None if setting is None else {"method": setting.method, **setting.keywords},
         "options": None if callback is None else callback.options.to_dict(),
         "steps": args.steps, "world": dist.get_world_size(), "numel": numel,

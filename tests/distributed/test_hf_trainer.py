@@ -222,3 +222,29 @@ def test_a_momentum_exchanging_optimizer_is_refused_with_the_trainers_clipping(t
         trainer()
     assert "give TrainingArguments(max_grad_norm=0)" in _one_line(exc)
     assert trainer(max_grad_norm=0).args.max_grad_norm == 0  # made, not refused
+
+
+@pytest.mark.parametrize(("model", "setting"), [("t5", "default"), ("vit", "hook")])
+def test_the_zoos_families_train_through_the_trainer_and_write_their_record(
+    tmp_path, model, setting
+):
+    """The Trainer's experiment (``terngrad.experiments.trainer_defaults``) on a family of the
+    zoo that reads other than next bytes (T5's encoder-decoder, the ViT's images), 2 gloo ranks,
+    2 steps: its record holds a finite eval loss and the callback's bytes, fewer than DDP's."""
+    import json
+    import math
+
+    from ranks import run_script
+    from support import REPO
+
+    from terngrad.experiments import zoo
+
+    if model == "t5" and zoo.vim_folder() is None:
+        pytest.skip("Vim's help files are not installed (apt-get install vim-runtime)")
+    script = REPO / "terngrad" / "experiments" / "trainer_defaults.py"
+    run_script(script, ["--model", model, "--setting", setting, "--steps", "2", "--eval-every",
+                        "2", "--warmup", "1", "--out", str(tmp_path)])  # fmt: skip
+    record = json.loads((tmp_path / f"{model}-{setting}-s0.json").read_text())
+    assert record["model"] == model and math.isfinite(record["eval_loss"])
+    assert record["text"] == (None if model == "vit" else "vimdoc")
+    assert record["compression"] > 2 and len(record["curve"]) == 2

@@ -64,3 +64,31 @@ def test_every_setting_is_a_method_of_the_table_with_keywords_over_it():
         inner = methods.get(method.name.replace(f"-local{h}", "") if h != 1 else method.name)
         assert callback.options == inner.options(), name
         assert set(setting.keywords) <= {"outer_lr", "outer_momentum"}, name
+
+
+def test_the_zoo_is_six_families_split_before_any_result():
+    """Each family of the zoo builds from its config at about 200k parameters, reads its own
+    data (its text's held-out windows fixed, T5 the second half of a window from its first,
+    the ViT MNIST's images) and starts at a finite loss; the tuning and check halves split it."""
+    from terngrad.experiments import zoo
+
+    assert set(zoo.TUNING) | set(zoo.CHECK) == set(zoo.FAMILIES) == set(td.MODELS)
+    assert not set(zoo.TUNING) & set(zoo.CHECK) and len(zoo.FAMILIES) == 6
+    texts = {f.text for f in zoo.FAMILIES.values()} - {None}
+    assert texts == set(zoo.TEXTS)  # the zoo reads both sources
+    for name, family in zoo.FAMILIES.items():
+        if family.text is not None and zoo.TEXTS[family.text]() is None:
+            continue  # (its text is not installed here)
+        torch.manual_seed(0)
+        model = zoo.build_model(name)
+        assert 150_000 < sum(p.numel() for p in model.parameters()) < 300_000, name
+        train, held_out = zoo.datasets(name, 4)
+        assert len(held_out) == 4 and len(train) > 10_000, name
+        batch = zoo.collate([train[i] for i in range(2)])
+        if family.task == "seq2seq":
+            assert batch["input_ids"].shape == batch["labels"].shape == (2, zoo.CONTEXT // 2)
+        with torch.no_grad():
+            loss = model(**batch).loss
+        assert torch.isfinite(loss) and float(loss) < 10, name
+    masked = zoo.datasets("bert", 4)[1]
+    assert torch.equal(masked[0]["input_ids"], masked[0]["input_ids"])  # fixed masks
