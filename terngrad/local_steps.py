@@ -15,19 +15,12 @@ import torch
 
 from terngrad.comm.front.synchronizer import Synchronizer
 from terngrad.comm.spec import methods
-from terngrad.comm.spec.local import (
-    KEYWORDS,
-    LOCAL_STEPS,
-    MAX_COMM_SHARE,
-    OUTER_LR,
-    OUTER_MOMENTUM,
-    LocalSteps,
-)
+from terngrad.comm.spec.local import KEYWORDS, LOCAL_STEPS, LocalSteps
 from terngrad.comm.spec.over import over
 
-__all__ = ["AUTO_MAX_LOCAL_STEPS", "AUTO_PROBE_STEPS", "LOCAL_STEPS", "MAX_COMM_SHARE",
-           "OUTER_LR", "OUTER_MOMENTUM", "LocalSteps", "auto_choices", "choose_local_steps",
-           "cloned", "local_of", "outer_sgd", "time_exchange"]  # fmt: skip
+__all__ = ["AUTO_MAX_LOCAL_STEPS", "AUTO_PROBE_STEPS", "LOCAL_STEPS", "LocalSteps",
+           "auto_choices", "choose_local_steps", "cloned", "local_of", "outer_sgd",
+           "time_exchange"]  # fmt: skip
 
 #: ``local_steps="auto"`` decides ``H`` at this inner step, from the seconds between the
 #: :meth:`DiLoCo.step` calls before it (the first step, with its warm-up, left out)

@@ -74,9 +74,9 @@ def over(
             new_local = LocalSteps(**l_given)
     elif l_given:
         own = method.local
-        # (its H is in its name: never a default)
-        l_set = _settable(l_given, lambda n: getattr(own, n),
-                          lambda n: _NAMED if n == "every" else _LOCAL[n], wrong)  # fmt: skip
+        # (its H is in its name: never a default; Nesterov's is where there is momentum)
+        defaults = {**_LOCAL, "every": _NAMED, "nesterov": own.outer_momentum > 0}
+        l_set = _settable(l_given, lambda n: getattr(own, n), defaults.__getitem__, wrong)
         new_local = own.replace(**l_set) if l_set else own
     if wrong:
         raise ValueError(_refusal(method, wrong, x_given, q_given, l_given, spell))

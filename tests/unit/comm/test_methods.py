@@ -284,3 +284,36 @@ def test_the_hook_takes_a_method_of_its_own_with_settings_over_it():
     ):
         with pytest.raises(ValueError, match=f"the terngrad hook cannot run method {name}: {why}"):
             methods.hook_options(method=name)
+
+
+def test_settings_over_a_method_add_what_it_leaves_and_refuse_what_it_says():
+    """The one rule (``terngrad.comm.spec.over``): a setting the method leaves at its default
+    is added and named; one it sets otherwise is refused in one line naming the method that
+    runs it; PyTorch's baselines take no exchange or local-steps setting."""
+    from terngrad.comm.spec.over import over
+
+    local16 = methods.get("terngrad-local16")
+    assert over(local16, local={"outer_lr": 0.5}).name == "terngrad-local16-olr0.5"
+    assert over(local16, local={"nesterov": False}).name == "terngrad-local16-heavyball"
+    assert over(local16, local={"outer_momentum": 0.0}).name == "terngrad-local16-om0"
+    assert over(methods.get("terngrad-ef"), local={"every": 8}).name == "terngrad-ef-local8"
+    b512 = methods.get("terngrad-b512")
+    assert over(b512, {"error_feedback": True}).name == "terngrad-b512-ef"
+    assert over(b512, {"quantizer_options": {"clip": None}}).name == "terngrad-b512-noclip"
+    assert over(b512, {"quantizer_options": {"bucket_size": 512}}) == b512  # the same: taken
+    refused = [
+        (local16, {}, {"every": 8}, "every 8 is not what terngrad-local16 runs (every 16); the "
+         "method that does is terngrad-local8"),
+        (methods.get("terngrad-local16-heavyball"), {}, {"nesterov": True}, "the method that "
+         "does is terngrad-local16"),
+        (b512, {"quantizer_options": {"bucket_size": 64}}, {}, "the method that does is "
+         "terngrad-b64"),
+        (methods.get("terngrad-ef"), {}, {"outer_lr": 0.5}, "outer_lr 0.5 is a setting of local "
+         "steps, and terngrad-ef has none"),
+        (methods.get("fp32"), {"error_feedback": True}, {}, "fp32 is PyTorch's own averaging: "
+         "it takes no error_feedback"),
+    ]  # fmt: skip
+    for method, exchange, local, words in refused:
+        with pytest.raises(ValueError) as caught:
+            over(method, exchange, local)
+        assert words in str(caught.value) and "\n" not in str(caught.value), words
