@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 
 from terngrad.bench.profile import Param, Profile
 from terngrad.comm.exchanges.traffic import NONE, Traffic, all_reduce, exchange_traffic, plus
+from terngrad.comm.rank.plans import kept_in_full_precision
 from terngrad.comm.spec.methods import LocalVariance, Method, get
 from terngrad.comm.spec.options import Options
 from terngrad.quantize import Layout
@@ -171,8 +172,8 @@ def _outer(prof: Profile, x: Options, world: int) -> list[Transfer]:
 
 
 def _kept(p: Param, x: Options) -> bool:
-    """Whether the hook keeps ``p`` in full precision (the last layer, small tensors)."""
-    return (p.last_layer and not x.quantize_last) or p.numel < x.min_numel
+    """Whether the hook keeps ``p`` in full precision (:func:`kept_in_full_precision`)."""
+    return kept_in_full_precision(p.name, p.numel, {p.name} if p.last_layer else (), x)
 
 
 def _hook(

@@ -96,6 +96,11 @@ SETTINGS: dict[str, Setting | None] = {
     "local16-fit": Setting("terngrad-ef-fit-local16"),
     "local16-fit-last": Setting("terngrad-last-ef-fit-local16"),
     "local16-avg": Setting("terngrad-ef-local16", AVERAGE),
+    # the default's quantizer on one class of tensors alone, the rest in fp32 (an ablation)
+    **{
+        f"only-{c}-qsgd5-b64": Setting(f"qsgd-5-b64-only{c}")
+        for c in ("emb", "attn", "mlp", "norm", "head")
+    },
     "local8-avg": Setting("terngrad-ef-local8", AVERAGE),
 }
 MODELS = tuple(zoo.FAMILIES)

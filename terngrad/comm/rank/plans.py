@@ -3,20 +3,22 @@
 A DDP bucket is one flat buffer holding the gradients of a few parameters, in order. Its
 :class:`BucketPlan` cuts it into the quantized spans (one scale group per parameter: layer-wise
 scales, from the parameter boundaries) and the spans kept in full precision: the last layer
-(unless ``quantize_last``) and tensors under ``min_numel`` elements. With ``policy="auto"``
+(unless ``quantize_last``) and tensors under ``min_numel`` elements, or every tensor but those
+of one class (``quantize_only``). With ``policy="auto"``
 a bucket whose exchange is predicted to be slower quantized (:mod:`terngrad.comm.rank.policy`)
 keeps full precision whole. Plans are made once per bucket layout and reused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from terngrad.comm.spec.options import Options
+from terngrad.comm.spec.tensor_classes import tensor_class
 from terngrad.quantize import Layout
 
 Span = tuple[int, int]  # (offset, numel) in a bucket's buffer
@@ -53,13 +55,21 @@ def _last_layer(module: nn.Module) -> dict[str, str]:
 def full_precision_names(
     params: Sequence[tuple[str, torch.Tensor]], last_layer: set[str], options: Options
 ) -> set[str]:
-    """The parameters kept in full precision: the last layer (unless ``quantize_last``) and
-    tensors under ``min_numel`` elements."""
+    """The parameters kept in full precision (:func:`kept_in_full_precision`)."""
     return {
-        name
-        for name, p in params
-        if (not options.quantize_last and name in last_layer) or p.numel() < options.min_numel
+        name for name, p in params if kept_in_full_precision(name, p.numel(), last_layer, options)
     }
+
+
+def kept_in_full_precision(
+    name: str, numel: int, last_layer: Collection[str], options: Options
+) -> bool:
+    """Whether the parameter ``name`` of ``numel`` elements keeps full precision: with
+    ``quantize_only``, every one not of that class (:func:`tensor_class`); else the last layer
+    (unless ``quantize_last``) and tensors under ``min_numel`` elements."""
+    if options.quantize_only is not None:
+        return tensor_class(name, last_layer) != options.quantize_only
+    return (not options.quantize_last and name in last_layer) or numel < options.min_numel
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from typing import Any
 from terngrad import quantize
 from terngrad.comm.exchanges.exchange import Exchange, ExchangeSettings, check_fit_scale
 from terngrad.comm.exchanges.topologies import TOPOLOGIES
+from terngrad.comm.spec.tensor_classes import QUANTIZABLE
 from terngrad.comm.spec.tokens import Choice, Number, Switch
 from terngrad.kernels import KERNELS
 from terngrad.quantize import Quantizer, SymmetricGrid
@@ -77,6 +78,9 @@ class Options:
       can grow without bound (evenly spread values such as AdamW's updates);
     * ``quantize_last``: quantize the last layer too (by default it stays in full precision);
     * ``min_numel``: tensors with fewer elements stay in full precision;
+    * ``quantize_only``: a class of tensors quantized alone, every other in full precision
+      (:mod:`terngrad.comm.spec.tensor_classes`: an ablation; ``None``, the default: as the two
+      settings above say);
     * ``aggregate``: how aggregates off the shared grid travel on, ``requantize`` (with
       server-side error feedback) or ``fp16``; or, for the per-bucket level quantizers,
       ``coherent``: one set of levels agreed by all ranks, the average rounded onto it
@@ -116,6 +120,14 @@ class Options:
         MIN_NUMEL, "tensors with fewer elements stay full precision", _X, NON_NEGATIVE_INT,
         named=Number("min numel", "min", lambda n: "small tensors quantized" if n == 0
                      else f"tensors under {n} elements in fp32"),
+    )  # fmt: skip
+    quantize_only: str | None = setting(
+        None, "quantize the tensors of this class alone (embeddings, attention, mlp, norms or "
+        "head: an ablation), every other in full precision", _X, metavar="CLASS",
+        choices=lambda: QUANTIZABLE,
+        named=Choice("quantized class", {"embeddings": "onlyemb", "attention": "onlyattn",
+                     "mlp": "onlymlp", "norms": "onlynorm", "head": "onlyhead"},
+                     lambda c: f"only the {c} quantized"),
     )  # fmt: skip
     error_feedback: bool = setting(
         False, "worker-side error feedback", _X,
@@ -176,6 +188,12 @@ class Options:
         for name in ("error_feedback", "fit_scale", "quantize_last", "fuse_buckets"):
             if not isinstance(getattr(self, name), bool):
                 _fail(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.quantize_only is not None and (self.quantize_last or self.min_numel != MIN_NUMEL):
+            _fail(
+                f"quantize_only {self.quantize_only!r} decides which tensors are quantized (every "
+                "one of its class, the small ones and the head's included): give no quantize_last "
+                "or min_numel with it"
+            )
         if self.fit_scale:
             if not self.error_feedback:
                 _fail(

@@ -65,3 +65,35 @@ def test_the_usual_model_keeps_its_classifier():
     assert last_layer_names(model) == {"2.weight", "2.bias"}
     assert tied_last_layer(model) == {}
     assert last_layer_names(nn.ReLU()) == set()
+
+
+def test_one_class_quantized_alone_keeps_every_other_in_full_precision():
+    """``quantize_only`` (``-only<class>``): the tensors of one class are quantized, all of them
+    (small ones and a tied head's included), every other keeps full precision; the classes are
+    read from the names of the Hugging Face families and terngrad's models."""
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    from terngrad.comm.spec.tensor_classes import tensor_class
+    from terngrad.experiments import zoo
+
+    llama = zoo.build_model("llama")
+    params = list(llama.named_parameters())
+    last = last_layer_names(llama)
+    classes = {name: tensor_class(name, last) for name, _ in params}
+    assert classes["model.embed_tokens.weight"] == "embeddings"
+    assert classes["model.layers.0.self_attn.q_proj.weight"] == "attention"
+    assert classes["model.layers.0.mlp.gate_proj.weight"] == "mlp"
+    assert classes["model.layers.0.input_layernorm.weight"] == "norms"
+    assert classes["lm_head.weight"] == "head" and "other" not in classes.values()
+    for quantized in ("embeddings", "attention", "mlp", "norms", "head"):
+        kept = full_precision_names(params, last, Options(quantize_only=quantized))
+        assert kept == {n for n, c in classes.items() if c != quantized}, quantized
+    bert = zoo.build_model("bert")  # a BERT attention's LayerNorm is a norm; its MLP's output
+    last = last_layer_names(bert)  # dense an MLP's; the tied word embedding is the head
+    assert tensor_class("bert.encoder.layer.0.attention.output.LayerNorm.weight", last) == "norms"
+    assert tensor_class("bert.encoder.layer.0.output.dense.weight", last) == "mlp"
+    assert tensor_class("bert.encoder.layer.0.attention.output.dense.weight", last) == "attention"
+    assert tensor_class("bert.embeddings.word_embeddings.weight", last) == "head"
+    with pytest.raises(ValueError, match="decides which tensors are quantized"):
+        Options(quantize_only="mlp", quantize_last=True)
+    with pytest.raises(ValueError, match="unknown quantize only 'ffn'"):
+        Options(quantize_only="ffn")
