@@ -37,20 +37,23 @@ def _table(page: str, heading: str) -> list[list[str]]:
 # --------------------------------------------------------------------------- integrations.md
 
 
-def test_the_trainer_defaults_table_is_the_report_of_its_records(tmp_path):
-    """docs/integrations.md's table of the Trainer's settings: line for line what the
-    experiment's ``--report`` makes of the committed records (made again here, in a copy)."""
+@pytest.mark.parametrize("folder", ["trainer-defaults", "zoo"])
+def test_the_trainer_tables_are_the_report_of_their_records(tmp_path, folder):
+    """docs/integrations.md's tables of the Trainer's settings (the first two models, then the
+    zoo): line for line what the experiment's ``--report`` makes of the committed records
+    (made again here, in a copy), and the folder's own ``results.md``."""
     pytest.importorskip("transformers", reason="transformers is not installed")
     from terngrad.experiments import trainer_defaults
 
-    folder = RESULTS / "trainer-defaults"
-    for record in folder.glob("*-s*.json"):
+    records = RESULTS / folder
+    for record in records.glob("*-s*.json"):
         shutil.copy(record, tmp_path / record.name)
     made = trainer_defaults.report(tmp_path).strip().splitlines()
     page = (DOCS / "integrations.md").read_text().splitlines()
-    start = page.index(made[0])
+    start = page.index(made[-1]) - len(made) + 1  # (found by its last row: the tables share
+    # their header and the first two families' DDP rows)
     assert page[start : start + len(made)] == made
-    assert (folder / "results.md").read_text().strip().splitlines() == made
+    assert (records / "results.md").read_text().strip().splitlines() == made
 
 
 # --------------------------------------------------------------------------- time-to-accuracy.md
@@ -362,3 +365,52 @@ def test_the_lenet_sweep_tables_are_their_files(folder, first_row):
         found = json.loads((RESULTS / "accuracy" / folder / link / "results.json").read_text())
         m = next(m for m in found["methods"] if m["method"] == SWEEP_METHODS[row[1].strip("*")])
         assert row[2:] == _sweep_row(m, accuracy=len(row) == 9), (link, row[1])
+
+
+def test_the_zoos_ablation_words_are_its_records():
+    """docs/integrations.md's reading of the ablation by class on the Llama-style model: each
+    class's gap to DDP's 3-seed mean, and the default's, from the zoo's records."""
+    zoo = RESULTS / "zoo"
+
+    def gap(setting: str) -> str:
+        losses = [json.loads(f.read_text())["eval_loss"] for f in zoo.glob(f"llama-{setting}-s*")]
+        ddp = [json.loads(f.read_text())["eval_loss"] for f in zoo.glob("llama-ddp-s*")]
+        return f"{100 * (statistics.fmean(losses) / statistics.fmean(ddp) - 1):+.2f}%"
+
+    words = " ".join((DOCS / "integrations.md").read_text().split())
+    assert (f"attention {gap('only-attn-qsgd5-b64')}, MLP {gap('only-mlp-qsgd5-b64')}, the "
+            f"untied head {gap('only-head-qsgd5-b64')}, norms {gap('only-norm-qsgd5-b64')}, the "
+            f"embeddings {gap('only-emb-qsgd5-b64')}; the parts add up to about the whole "
+            f"({gap('default')})") in words  # fmt: skip
+
+
+def test_the_one_worker_check_is_its_runs():
+    """docs/local-steps.md's one-worker check: each outer step's final loss on one rank, short
+    and long, and its gap to AdamW alone's, from the runs' summaries."""
+    runs = RESULTS / "one-worker"
+    named = {"AdamW alone (`--method fp32`, one rank)": "fp32",
+             "**0.7, 0.9, Nesterov (the default)**": "fp32-sharded-local25",
+             "0.7, 0.5": "fp32-sharded-local25-om0.5", "0.5, 0.9": "fp32-sharded-local25-olr0.5",
+             "0.5, 0.5": "fp32-sharded-local25-olr0.5-om0.5",
+             "1.0, 0 (the replica itself)": "fp32-sharded-local25-olr1-om0"}  # fmt: skip
+
+    def loss(name: str, steps: int) -> float | None:
+        path = runs / f"{name}-{steps}" / "summary.json"
+        return json.loads(path.read_text())["loss"] if path.exists() else None
+
+    _, *rows = _table("local-steps.md", "| outer lr, momentum | 300 steps |")
+    assert [row[0] for row in rows] == list(named)
+    for row in rows:
+        cells = []
+        for steps in (300, 1000):
+            mine, alone = loss(named[row[0]], steps), loss("fp32", steps)
+            gap = (
+                ""
+                if mine is None or named[row[0]] == "fp32"
+                else f"{100 * (mine / alone - 1):+.2f}%"
+            )
+            cells += [
+                "" if mine is None else f"{mine:.4f}",
+                gap.replace("-0.00", "0.00").replace("+0.00", "0.00"),
+            ]
+        assert row[1:] == cells, row[0]
