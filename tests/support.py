@@ -152,3 +152,16 @@ def kill_group(pgid: int, seconds: float = 30) -> None:
             return
         assert time.monotonic() < deadline, f"processes {alive} outlived SIGKILL"
         time.sleep(0.05)
+
+
+def markdown_rows(text: str, heading: str) -> list[list[str]]:
+    """The rows (cells stripped) of the first Markdown table at or after ``heading`` in
+    ``text``, its header first, the separator left out."""
+    lines = text[text.index(heading) :].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return [rows[0], *rows[2:]]

@@ -87,24 +87,17 @@ def _bert() -> torch.nn.Module:
     ))  # fmt: skip
 
 
-def _llama() -> torch.nn.Module:
-    from transformers import LlamaConfig, LlamaForCausalLM
+def _decoder(config: str, model: str, tied: bool) -> torch.nn.Module:
+    """A Llama-style decoder of transformers' ``config`` and ``model`` classes: RMSNorm, rotary
+    positions, SwiGLU, grouped-query attention (2 key/value heads for 4), ``tied`` head or not."""
+    import transformers
 
-    return LlamaForCausalLM(LlamaConfig(
+    made = getattr(transformers, config)(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=176, num_hidden_layers=4,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=CONTEXT,
-        tie_word_embeddings=False, bos_token_id=0, eos_token_id=0,
-    ))  # fmt: skip
-
-
-def _qwen2() -> torch.nn.Module:
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    return Qwen2ForCausalLM(Qwen2Config(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=176, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=CONTEXT,
-        tie_word_embeddings=True, bos_token_id=0, eos_token_id=0,
-    ))  # fmt: skip
+        tie_word_embeddings=tied, bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    return getattr(transformers, model)(made)
 
 
 def _t5() -> torch.nn.Module:
@@ -140,8 +133,8 @@ class Family:
 FAMILIES: dict[str, Family] = {
     "gpt2": Family("causal", _gpt2, "pydoc"),
     "bert": Family("masked", _bert, "pydoc"),
-    "llama": Family("causal", _llama, "vimdoc"),
-    "qwen2": Family("causal", _qwen2, "pydoc"),
+    "llama": Family("causal", lambda: _decoder("LlamaConfig", "LlamaForCausalLM", False), "vimdoc"),
+    "qwen2": Family("causal", lambda: _decoder("Qwen2Config", "Qwen2ForCausalLM", True), "pydoc"),
     "t5": Family("seq2seq", _t5, "vimdoc"),
     "vit": Family("image", _vit),
 }

@@ -16,6 +16,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from support import markdown_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -45,14 +46,7 @@ PYTORCH = ("fp32", "fp16", "powersgd", "powersgd-r1", "powersgd-r4")
 
 def _table(heading: str) -> list[dict[str, str]]:
     """The first Markdown table at or after ``heading`` in the README, one dict per row."""
-    lines = README[README.index(heading) :].splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
-    block = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        block.append([cell.strip() for cell in line.strip().strip("|").split("|")])
-    header, rows = block[0], block[2:]
+    header, *rows = markdown_rows(README, heading)
     return [dict(zip(header, row, strict=True)) for row in rows]
 
 

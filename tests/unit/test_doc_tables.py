@@ -11,6 +11,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from support import markdown_rows
 
 from terngrad.experiments.comparison import spread
 
@@ -21,17 +22,8 @@ SWEEP = json.loads((RESULTS / "accuracy" / "lenet-tuned" / "sweep.json").read_te
 
 
 def _table(page: str, heading: str) -> list[list[str]]:
-    """The rows (cells stripped) of the first Markdown table at or after ``heading`` in
-    ``docs/<page>``, its header first, the separator left out."""
-    text = (DOCS / page).read_text()
-    lines = text[text.index(heading) :].splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
-    rows = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
-    return [rows[0], *rows[2:]]
+    """The rows of the first table at or after ``heading`` in ``docs/<page>``, header first."""
+    return markdown_rows((DOCS / page).read_text(), heading)
 
 
 # --------------------------------------------------------------------------- integrations.md
