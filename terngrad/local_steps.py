@@ -19,7 +19,7 @@ from terngrad.comm.spec.local import KEYWORDS, LOCAL_STEPS, LocalSteps
 from terngrad.comm.spec.over import over
 
 __all__ = ["AUTO_MAX_LOCAL_STEPS", "AUTO_PROBE_STEPS", "LOCAL_STEPS", "LocalSteps",
-           "auto_choices", "choose_local_steps", "cloned", "local_of", "outer_sgd",
+           "auto_h_choices", "choose_local_steps", "cloned", "local_of", "outer_sgd",
            "time_exchange"]  # fmt: skip
 
 #: ``local_steps="auto"`` decides ``H`` at this inner step, from the seconds between the
@@ -92,7 +92,7 @@ def replicas_apart(inner_steps: int, local_steps: int | str) -> str:
     )
 
 
-def auto_choices(choices: Sequence[int] | None) -> list[int]:
+def auto_h_choices(choices: Sequence[int] | None) -> list[int]:
     """The values ``local_steps="auto"`` may take, sorted; one line for a bad list."""
     if choices is None:
         return list(range(1, AUTO_MAX_LOCAL_STEPS + 1))

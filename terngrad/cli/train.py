@@ -91,8 +91,6 @@ def config(args: argparse.Namespace, **fixed: Any):
         )
     else:
         method = methods.get(args.method or "terngrad")
-    if not exchange["quantizer_options"]:
-        del exchange["quantizer_options"]
     method = over(method, exchange, local, spelling(TrainConfig, Options, LocalSteps))
     return TrainConfig(**settings, method=method)
 

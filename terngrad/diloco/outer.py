@@ -24,7 +24,7 @@ from terngrad.diloco.stats import DiLoCoStats
 from terngrad.local_steps import (
     LOCAL_STEPS,
     LocalSteps,
-    auto_choices,
+    auto_h_choices,
     local_of,
     outer_sgd,
     replicas_apart,
@@ -33,8 +33,6 @@ from terngrad.quantize import Quantizer
 from terngrad.util.state_kinds import check_optimizer, on_meta
 
 __all__ = ["DiLoCo", "DiLoCoStats"]
-
-_choices = auto_choices  # (DiLoCo's keyword of that name hides the function)
 
 
 class DiLoCo:
@@ -92,7 +90,7 @@ class DiLoCo:
             keywords = local.keywords()
         #: the settings of the local steps (``local.every``: ``H`` as given; ``"auto"`` stays)
         self.local = local = local_of(settings, LOCAL_STEPS, **keywords)
-        choices = _choices(auto_choices)
+        choices = auto_h_choices(auto_choices)
         check_owner(module, inner_optimizer)
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError(
@@ -109,11 +107,7 @@ class DiLoCo:
         self.model, self.module, self.inner_optimizer = model, module, inner_optimizer
         #: ``H``: an integer, or ``"auto"`` until the :data:`AUTO_PROBE_STEPS`-th inner step
         self.local_steps: int | str = local.every
-        self.overlap, self.max_comm_share, self.auto_choices = (
-            local.overlap,
-            local.max_comm_share,
-            choices,
-        )
+        self.auto_choices = choices
         #: the exchange of the pseudo-gradients (rank 0's parameters broadcast when made)
         self.exchange = Synchronizer(module, quantizer, topology, options=options, **settings)
         self.params = self.exchange.params
@@ -199,7 +193,7 @@ class DiLoCo:
         starts = self.anchor if self._starts is None else self._starts
         deltas = [s - p.detach() for s, p in zip(starts, self.params, strict=True)]
         self.outer_steps += 1
-        if not self.overlap:
+        if not self.local.overlap:
             with self._named_outer_step():
                 skipped = self.exchange.average(deltas, warn=False)
             self._outer_update(deltas, skipped, self.inner_steps)
@@ -358,7 +352,7 @@ class DiLoCo:
             "outer_optimizer": self.outer_optimizer.state_dict(),
             "exchange": flight.exchange_state if pending else self.exchange.state_dict(),
             "inner_optimizer": self.inner_optimizer.state_dict(),
-            "overlap": self.overlap,
+            "overlap": self.local.overlap,
             "pending": [d.clone() for d in flight.sent] if pending else None,
             "auto": self.auto if self.local_steps != "auto" else self._probe(),
         }
@@ -369,7 +363,7 @@ class DiLoCo:
         does not fit."""
         group = self.outer_optimizer.param_groups[0]
         check_state(state, [tuple(a.shape) for a in self.anchor], self.local_steps,
-                    self.overlap, self.auto_choices,
+                    self.local.overlap, self.auto_choices,
                     {k: group[k] for k in ("lr", "momentum", "nesterov")})  # fmt: skip
         self._check_parts(state)  # everything checked before anything is replaced
         saved_h = state["local_steps"]

@@ -6,7 +6,7 @@ import torch
 
 from terngrad.bench import traffic_model
 from terngrad.comm.spec.local import LocalSteps
-from terngrad.local_steps import auto_choices, choose_local_steps, outer_sgd
+from terngrad.local_steps import auto_h_choices, choose_local_steps, outer_sgd
 
 
 def test_auto_takes_the_smallest_h_that_keeps_the_exchange_under_its_share():
@@ -39,11 +39,11 @@ def test_bad_settings_are_one_line(bad, said):
 
 
 def test_auto_choices_are_sorted_and_once_each():
-    assert auto_choices([25, 5, 5, 1]) == [1, 5, 25]
-    assert auto_choices(None)[-1] == 500
+    assert auto_h_choices([25, 5, 5, 1]) == [1, 5, 25]
+    assert auto_h_choices(None)[-1] == 500
     for bad in ([], [4, 2.5]):
         with pytest.raises(ValueError, match="auto_choices must be a non-empty list"):
-            auto_choices(bad)
+            auto_h_choices(bad)
 
 
 def test_the_performance_model_refuses_an_h_chosen_at_run_time():
