@@ -50,12 +50,22 @@ Two ways past the plain form:
   :meth:`step` calls). ``H`` is the smallest allowed value with
   ``exchange / (H · step + exchange) ≤ max_comm_share`` (:func:`choose_local_steps`).
 
+**Across nodes.** Given a DDP model over the ranks of one node (``DDP(model,
+process_group=node_group())``: torchrun's ``LOCAL_WORLD_SIZE`` consecutive ranks; or
+``mesh.get_group("node")`` of a ``DeviceMesh`` of ``("replicate", "node")``), DDP keeps
+averaging the gradients inside the node at every step (the fast link), and the outer exchange
+runs across nodes only (:class:`~terngrad.comm.front.nodes.NodeExchange`): each rank of a node
+exchanges a share of the parameters with the ranks at its place in the other nodes, then the
+node's ranks share what they got. Each parameter crosses the slow link once per node;
+``stats.bytes_sent`` counts it, ``stats.node_bytes_sent`` what stayed inside the node.
+
 A rank whose pseudo-gradient is not finite makes every rank skip the outer step (counted in
 ``stats.skipped_outer_steps``): the anchor stays, every replica restarts from it. The bytes:
 TernGrad's sharded exchange moves ~3.6 bits an element at 4 ranks once every ``H`` steps,
 against DDP's 48 bits every step: at ``H = 16``, ~200x fewer bytes per inner step.
 """
 
+from terngrad.comm.front.nodes import node_group
 from terngrad.comm.spec.local import LocalSteps
 from terngrad.diloco.outer import DiLoCo
 from terngrad.diloco.stats import DiLoCoStats
@@ -71,4 +81,5 @@ __all__ = [
     "DiLoCoStats",
     "LocalSteps",
     "choose_local_steps",
+    "node_group",
 ]

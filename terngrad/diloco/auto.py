@@ -12,7 +12,6 @@ import time
 from collections.abc import Sequence
 
 import torch
-import torch.distributed as dist
 
 from terngrad.comm.front.synchronizer import Synchronizer
 from terngrad.local_steps import AUTO_PROBE_STEPS, choose_local_steps, time_exchange
@@ -56,7 +55,7 @@ class AutoLocalSteps:
         gaps = self.gaps
         measured = torch.tensor([sum(gaps) / len(gaps), self.exchange_seconds],
                                 dtype=torch.float64)  # fmt: skip
-        dist.all_reduce(measured, op=dist.ReduceOp.MAX, group=self.exchange.reducer.link.group)
+        self.exchange.agree_max(measured)
         step_s, exchange_s = measured.tolist()
         local_steps = choose_local_steps(step_s, exchange_s, self.max_comm_share, self.choices)
         self.gaps, self._last = [], None

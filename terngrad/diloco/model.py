@@ -1,12 +1,20 @@
-"""The model ``DiLoCo`` steps: a plain module, or a DDP model whose every-step all-reduce becomes
-a no-op hook (:func:`local_gradients`: each replica keeps its own gradient); what it cannot
-serve (FSDP, a DDP model with a hook already), and the inner optimizer that must own exactly its
+"""The model ``DiLoCo`` steps: a plain module, a DDP model whose every-step all-reduce becomes
+a no-op hook (:func:`local_gradients`: each replica keeps its own gradient), or a DDP model
+over the ranks of one node, which keeps its all-reduce inside the node while the outer exchange
+runs across nodes (:class:`~terngrad.comm.front.nodes.NodeExchange`); what it cannot serve
+(FSDP, a DDP model with a hook already), and the inner optimizer that must own exactly its
 trainable parameters — each refused in one line."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+import torch.distributed as dist
 from torch import nn
+
+from terngrad.comm.front.nodes import NodeExchange
+from terngrad.comm.front.synchronizer import Synchronizer
 
 
 def local_gradients(_, bucket):  # DDP checks real annotations; these would be strings
@@ -51,3 +59,18 @@ def check_owner(module: nn.Module, optimizer: torch.optim.Optimizer) -> None:
             f"{len(trainable - owned)} of the model's are not in it, {len(owned - trainable)} of "
             "its are not the model's"
         )
+
+
+def outer_exchange(
+    model: nn.Module, module: nn.Module, *args: Any, **settings: Any
+) -> Synchronizer:
+    """The exchange of the pseudo-gradients of ``module`` (settings as for
+    :class:`~terngrad.comm.Synchronizer`): across nodes where ``model`` is DDP over fewer
+    ranks than the world (one node's: it goes on averaging the gradients inside the node at
+    every step), else over every rank (a DDP model's all-reduce then becomes a no-op)."""
+    if isinstance(model, nn.parallel.DistributedDataParallel):
+        group = model.process_group
+        if dist.get_world_size(group) < dist.get_world_size():
+            return NodeExchange(module, group, *args, **settings)
+        model.register_comm_hook(None, local_gradients)
+    return Synchronizer(module, *args, **settings)

@@ -13,11 +13,10 @@ import torch.distributed as dist
 from torch import nn
 
 from terngrad.comm.errors import CollectiveFailed
-from terngrad.comm.front.synchronizer import Synchronizer
 from terngrad.comm.rank.agreement import differing_ranks
 from terngrad.comm.spec.options import Options
 from terngrad.diloco.auto import AutoLocalSteps
-from terngrad.diloco.model import check_owner, local_gradients, plain_module
+from terngrad.diloco.model import check_owner, outer_exchange, plain_module
 from terngrad.diloco.overlap import InFlight
 from terngrad.diloco.state import KIND, STATE_FORMAT, check_state
 from terngrad.diloco.stats import DiLoCoStats
@@ -109,14 +108,11 @@ class DiLoCo:
         self.local_steps: int | str = local.every
         self.auto_choices = choices
         #: the exchange of the pseudo-gradients (rank 0's parameters broadcast when made)
-        self.exchange = Synchronizer(module, quantizer, topology, options=options, **settings)
+        self.exchange = outer_exchange(model, module, quantizer, topology, options=options,
+                                       **settings)  # fmt: skip
         self.params = self.exchange.params
         self._buffers = [b for b in module.buffers() if b.is_floating_point()]
-        link = self.exchange.reducer.link
-        for b in module.buffers():
-            dist.broadcast(b, src=link._global(0), group=link.group)
-        if isinstance(model, nn.parallel.DistributedDataParallel):
-            model.register_comm_hook(None, local_gradients)
+        self.exchange.from_first(module.buffers())
         #: the outer model: where every replica restarts from
         self.anchor = [p.detach().clone() for p in self.params]
         for a in self.anchor:
@@ -138,10 +134,12 @@ class DiLoCo:
     @property
     def stats(self) -> DiLoCoStats:
         flight = self._in_flight
-        s = flight.stats_before if flight is not None and flight.pending else self.exchange.stats
+        flying = flight is not None and flight.pending
+        s = flight.stats_before if flying else self.exchange.stats
+        node = flight.node_bytes_before if flying else self.exchange.node_bytes_sent
         return DiLoCoStats(
             self.inner_steps, self.outer_steps, self.skipped_outer_steps, s.bytes_sent,
-            s.bytes_received, s.messages_sent, self.local_steps,
+            s.bytes_received, s.messages_sent, self.local_steps, node,
         )  # fmt: skip
 
     @property
@@ -319,17 +317,10 @@ class DiLoCo:
                 raise ValueError(f"this {KIND}: {exc}") from None
 
     def _average_buffers(self) -> None:
-        """Every floating-point buffer replaced by its mean over the ranks (fp32 all-reduce,
-        in the buffer's dtype); integer buffers (batch counts) are left as they are."""
-        if not self._buffers:
-            return
-        link = self.exchange.reducer.link  # counted with the exchange's bytes
-        flat = torch.cat([b.reshape(-1).to(torch.float32) for b in self._buffers])
-        link.all_reduce(flat)
-        flat /= link.size
-        for b, part in zip(self._buffers, flat.split([b.numel() for b in self._buffers]),
-                           strict=True):  # fmt: skip
-            b.copy_(part.view_as(b))
+        """Every floating-point buffer replaced by its mean over the replicas (an fp32
+        all-reduce, counted with the exchange's bytes); integer buffers (batch counts) are left
+        as they are."""
+        self.exchange.average_floats(self._buffers)
 
     # --- checkpoints
 

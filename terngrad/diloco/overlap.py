@@ -36,6 +36,7 @@ class InFlight:
         self.exchange_state: dict[str, Any] | None = None
         #: the exchange's counters before it (what :attr:`DiLoCo.stats` reads while it flies)
         self.stats_before: Stats = exchange.stats
+        self.node_bytes_before = exchange.node_bytes_sent
 
     @property
     def pending(self) -> bool:
@@ -46,6 +47,7 @@ class InFlight:
         """Start averaging ``deltas`` in the background (``sent``: a copy of them)."""
         self.exchange_state = cloned(self.exchange.state_dict())
         self.stats_before = self.exchange.stats
+        self.node_bytes_before = self.exchange.node_bytes_sent
         self.sent, self.deltas = sent, deltas
         # grad mode is per thread: the exchange's thread runs under its own no_grad
         average = torch.no_grad()(self.exchange.average)  # (DiLoCo warns of a skip itself)

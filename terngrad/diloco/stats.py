@@ -23,6 +23,9 @@ class DiLoCoStats:
     messages_sent: int
     #: ``H`` in force (``"auto"`` until chosen)
     local_steps: int | str = 1
+    #: across nodes (a DDP model over a node's ranks): the bytes sent to the node's other
+    #: ranks (the fast link); ``bytes_sent`` is what crossed the slow link. 0 without nodes
+    node_bytes_sent: int = 0
 
     @property
     def bytes_sent_per_step(self) -> float:

@@ -83,6 +83,11 @@ SETTINGS: dict[str, Setting | None] = {
     "hook-last-qsgd5-b256": Setting("qsgd-5-b256-last"),
     "hook-qsgd5-b64": Setting("qsgd-5-b64"),
     "hook-last-qsgd5-b64": Setting("qsgd-5-b64-last"),
+    # candidates for a default closer to DDP at about 8x fewer bytes (more levels or smaller
+    # buckets than the default's)
+    "hook-last-qsgd5-b32": Setting("qsgd-5-b32-last"),
+    "hook-last-qsgd7-b64": Setting("qsgd-7-b64-last"),
+    "hook-last-qsgd9-b256": Setting("qsgd-9-b256-last"),
     "local16-noef-last-qsgd5-b64": Setting("qsgd-5-b64-last-local16"),
     "local8": Setting("terngrad-ef-local8"),
     "local16": Setting("terngrad-ef-local16"),

@@ -76,7 +76,7 @@ import terngrad.fsdp
 from terngrad.comm.exchanges.traffic import ring_bytes
 from terngrad.comm.front.hook import State
 from terngrad.comm.rank.momentum import MomentumSource
-from terngrad.comm.spec.methods import hook_options
+from terngrad.comm.spec.methods import default_options, hook_options
 from terngrad.diloco import DiLoCo
 from terngrad.integrations import accelerate, checkpoints
 from terngrad.integrations.common import (
@@ -105,11 +105,12 @@ class TernGradCallback(TrainerCallback):
     ``quantizer``, ``topology``, ``method`` and any other setting as for
     :func:`terngrad.ddp.register` (an :class:`~terngrad.ddp.Options` field or a quantizer
     option). Given neither a quantizer nor a method, the callback runs :data:`DEFAULT_METHOD`
-    with the settings given put over it (``TernGradCallback(quantize_last=False)``); a
-    ``quantizer`` given (``"terngrad"``: TernGrad as the paper has it) starts from
-    :func:`terngrad.ddp.register`'s defaults instead. ``local_steps`` (an integer above 1 or
-    ``"auto"``), ``outer_lr``,
-    ``outer_momentum`` (0: plain SGD as the outer step, else Nesterov's), ``overlap``,
+    with the settings given in place of its own (``TernGradCallback(quantize_last=False)``);
+    a ``method`` given takes settings by the rule of every consumer (one the method sets
+    otherwise is refused); a ``quantizer`` given (``"terngrad"``: TernGrad as the paper has
+    it) starts from :func:`terngrad.ddp.register`'s defaults instead. ``local_steps`` (an
+    integer above 1 or ``"auto"``), ``outer_lr``, ``outer_momentum`` (0: plain SGD as the
+    outer step, else Nesterov's), ``overlap``,
     ``max_comm_share``: local steps, as :class:`terngrad.diloco.DiLoCo` (no error feedback
     unless given). They are checked here, before any process group or collective.
     :attr:`state` is the hook's state, or the DiLoCo, once training has started
@@ -126,8 +127,9 @@ class TernGradCallback(TrainerCallback):
                                     outer_momentum=outer_momentum, nesterov=nesterov,
                                     overlap=overlap, max_comm_share=max_comm_share)  # fmt: skip
         if quantizer is None and not {"method", "preset"} & set(settings):
-            settings["method"] = DEFAULT_METHOD
-        self.options = hook_options(quantizer or "terngrad", topology, **settings)
+            self.options = default_options(DEFAULT_METHOD, topology, **settings)
+        else:
+            self.options = hook_options(quantizer or "terngrad", topology, **settings)
         #: the hook's state (or the DiLoCo, or terngrad.fsdp's under FSDP2), made when training
         #: starts (``None`` before, or in one process)
         self.state: State | DiLoCo | terngrad.fsdp.State | None = None

@@ -114,7 +114,7 @@ def test_bad_settings_are_refused_when_the_callback_is_made():
 
 def test_the_default_is_the_measured_method_and_what_is_given_goes_over_it():
     """``TernGradCallback()`` runs DEFAULT_METHOD (docs/integrations.md, "The default,
-    measured"); settings given go over it; a quantizer or method given replaces it."""
+    measured"); settings given replace its own; a quantizer or method given replaces it."""
     assert hf.DEFAULT_METHOD == "qsgd-5-b64-last"
     options = TernGradCallback().options
     assert (options.quantizer, options.quantizer_options, options.topology) == (
@@ -133,6 +133,12 @@ def test_the_default_is_the_measured_method_and_what_is_given_goes_over_it():
     )
     given = TernGradCallback(method="terngrad-b2048").options
     assert (given.quantizer, given.quantizer_options) == ("terngrad", {"bucket_size": 2048})
+    # a method named takes settings by the rule of every consumer: added where it leaves the
+    # default, refused where it sets otherwise (the default method, unnamed, is replaced)
+    assert TernGradCallback(method="terngrad-b2048", error_feedback=True).options.error_feedback
+    with pytest.raises(ValueError, match="bucket_size 64 is not what terngrad-b2048 runs"):
+        TernGradCallback(method="terngrad-b2048", bucket_size=64)
+    assert TernGradCallback(bucket_size=128).options.quantizer_options["bucket_size"] == 128
 
 
 def test_outer_momentum_zero_is_accepted_by_both_callbacks():

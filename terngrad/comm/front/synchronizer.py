@@ -32,9 +32,13 @@ class Synchronizer:
 
     ``params``: an ``nn.Module`` (its last layer is the one kept in full precision unless
     ``quantize_last``) or an iterable of parameters or ``(name, parameter)`` pairs (then the
-    last tensor is the last layer). Other settings as for :func:`terngrad.ddp.register`, or
-    ``options``, a ready :class:`~terngrad.comm.Options`.
+    last tensor is the last layer, unless ``last_layer`` names it). Other settings as for
+    :func:`terngrad.ddp.register`, or ``options``, a ready :class:`~terngrad.comm.Options`.
     """
+
+    #: bytes this rank sent to the other ranks of its node (:class:`~terngrad.comm.front.nodes.
+    #: NodeExchange`); a flat exchange has no node
+    node_bytes_sent = 0
 
     def __init__(
         self,
@@ -44,6 +48,7 @@ class Synchronizer:
         *,
         bucket_cap_mb: float = 25.0,
         options: Options | None = None,
+        last_layer: Iterable[str] | None = None,
         **settings: Any,
     ) -> None:
         if isinstance(params, nn.Module):
@@ -52,6 +57,8 @@ class Synchronizer:
             items = list(params)
             named = [x if isinstance(x, tuple) else (str(i), x) for i, x in enumerate(items)]
             last = {named[-1][0]} if named else set()
+        if last_layer is not None:
+            last = set(last_layer)
         if not bucket_cap_mb > 0:
             raise ValueError(f"bucket_cap_mb must be positive, got {bucket_cap_mb!r}")
         extra = {k: settings.pop(k) for k in ("estimate", "group") if k in settings}
@@ -65,9 +72,7 @@ class Synchronizer:
             )
         self.reducer = Reducer(options, named, last, **extra)
         self.params = [p for _, p in named if p.requires_grad]
-        link = self.reducer.link
-        for p in self.params:  # identical replicas from the start, as DDP does
-            dist.broadcast(p.data, src=link._global(0), group=link.group)
+        self.from_first(p.data for p in self.params)  # identical replicas, as DDP makes them
         self.buckets: list[list[nn.Parameter]] = []
         cap, size = bucket_cap_mb * 2**20, float("inf")
         for p in self.params:
@@ -123,6 +128,30 @@ class Synchronizer:
             for t in tensors:
                 t.zero_()
         return self.reducer.last_step_skipped
+
+    def from_first(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Every rank's ``tensors`` replaced by rank 0's, in place (not counted: the start)."""
+        link = self.reducer.link
+        for t in tensors:
+            dist.broadcast(t, src=link._global(0), group=link.group)
+
+    def average_floats(self, tensors: list[torch.Tensor]) -> None:
+        """Each tensor replaced by its mean over the ranks, in place: one fp32 all-reduce, in
+        each tensor's dtype after (floating-point buffers: batch-norm statistics), counted with
+        the exchange's bytes."""
+        if not tensors:
+            return
+        link = self.reducer.link
+        flat = torch.cat([t.reshape(-1).to(torch.float32) for t in tensors])
+        link.all_reduce(flat)
+        flat /= link.size
+        for t, part in zip(tensors, flat.split([t.numel() for t in tensors]), strict=True):
+            t.copy_(part.view_as(t))
+
+    def agree_max(self, values: torch.Tensor) -> torch.Tensor:
+        """``values`` replaced by their maximum over every rank of the run, in place."""
+        dist.all_reduce(values, op=dist.ReduceOp.MAX, group=self.reducer.link.group)
+        return values
 
     def state_dict(self) -> dict[str, Any]:
         return self.reducer.state_dict()

@@ -53,11 +53,13 @@ def resolve_timeout(options: Options, group: dist.ProcessGroup | None = None) ->
 def twin_group(group: dist.ProcessGroup, timeout: float | None) -> dist.ProcessGroup:
     """A new process group of ``group``'s ranks and backend, whose collectives wait ``timeout``
     seconds (give it resolved: :func:`resolve_timeout`; ``None`` would be torch's default, 30
-    minutes for gloo, not the default group's) — a collective on every rank."""
+    minutes for gloo, not the default group's) — a collective on ``group``'s ranks alone (other
+    groups' ranks may make their own twins meanwhile: the nodes' exchanges across nodes)."""
     return dist.new_group(
         ranks=dist.get_process_group_ranks(group),
         backend=dist.get_backend(group),
         timeout=None if timeout is None else datetime.timedelta(seconds=timeout),
+        use_local_synchronization=True,
     )
 
 

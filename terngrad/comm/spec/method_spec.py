@@ -28,6 +28,11 @@ BASELINES: Mapping[str, str] = {
 #: the rank of PowerSGD's low-rank factors where a method names none (``powersgd``;
 #: ``powersgd-r8``: rank 8)
 POWERSGD_RANK = 2
+#: the exchange's settings that are the run's, not a method's, and their values in a method
+RUN_DEFAULTS: Mapping[str, Any] = {
+    "seed": 0, "timeout": None, "kernels": "auto", "full_precision_steps": 0
+}  # fmt: skip
+RUN_SETTINGS = tuple(RUN_DEFAULTS)
 
 
 @dataclass(frozen=True)
@@ -116,7 +121,7 @@ class Method:
         if self.baseline is not None:
             return
         x = self.exchange
-        run_level = x.replace(seed=0, timeout=None, kernels="auto", full_precision_steps=0)
+        run_level = x.replace(**{name: RUN_DEFAULTS[name] for name in RUN_SETTINGS})
         if run_level != x:
             raise ValueError(
                 "a method's exchange leaves the run's settings at their defaults (seed, timeout, "

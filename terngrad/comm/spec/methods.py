@@ -53,6 +53,7 @@ from terngrad import quantize
 from terngrad.comm.spec.method_spec import (
     BASELINES,
     POWERSGD_RANK,
+    RUN_SETTINGS,
     FrozenVariance,
     LocalVariance,
     Method,
@@ -60,6 +61,7 @@ from terngrad.comm.spec.method_spec import (
 )
 from terngrad.comm.spec.naming import parse
 from terngrad.comm.spec.options import Options
+from terngrad.comm.spec.over import over
 from terngrad.util.deprecation import warn_deprecated
 
 __all__ = [
@@ -159,10 +161,13 @@ def hook_options(
     **settings: Any,
 ) -> Options:
     """The hook's options from the flat keywords that :func:`terngrad.ddp.register` takes
-    (:meth:`Options.of`), or from a ``method`` of the hook's with those keywords put over it
-    (a quantizer or topology other than the defaults too): ``method="terngrad-b512",
-    seed=3``. ``preset`` is ``method``'s older name. A method the hook alone cannot run (a
-    PyTorch baseline, an optimizer recipe, a warm-up share) is refused in one line."""
+    (:meth:`Options.of`), or from a ``method`` of the hook's with those keywords over it by
+    the rule of every consumer (:func:`~terngrad.comm.spec.over.over`): a setting the method
+    leaves at its default is added (``method="terngrad-b512", seed=3``; a quantizer or
+    topology other than the defaults too), one it sets otherwise (``bucket_size=64``) is
+    refused in one line naming the method that runs it. ``preset`` is ``method``'s older name.
+    A method the hook alone cannot run (a PyTorch baseline, an optimizer recipe, a warm-up
+    share) is refused in one line."""
     if preset is not None:
         if method is not None:
             raise ValueError("give method=, not preset= too (preset is its older name)")
@@ -180,7 +185,26 @@ def hook_options(
         given["quantizer"] = quantizer
     if topology != "sharded":
         given["topology"] = topology
+    given, q_options = _exchange_and_quantizer(given)
+    run = {k: given.pop(k) for k in RUN_SETTINGS if k in given}  # (the run's: not the method's)
+    changed = over(m, exchange={**given, "quantizer_options": q_options})
+    assert changed.exchange is not None
+    return changed.exchange.replace(**run)
+
+
+def default_options(default: str, topology: str = "sharded", **settings: Any) -> Options:
+    """The options of ``default``, a method run because the user named none (a callback's
+    default), with the settings given in place of its own: ``quantize_last=False`` over
+    ``qsgd-5-b64-last`` keeps the last layer in fp32. (A method the user names takes settings
+    by :func:`hook_options`' rule instead.)"""
+    given, q_options = _exchange_and_quantizer(settings)
+    return get(default).options(**given, topology=topology, quantizer_options=q_options)
+
+
+def _exchange_and_quantizer(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Flat keywords split into :class:`Options` fields and the quantizer's options."""
+    given = dict(settings)
     fields = set(Options.__dataclass_fields__)
     q_options = {**given.pop("quantizer_options", {}),
                  **{k: given.pop(k) for k in list(given) if k not in fields}}  # fmt: skip
-    return m.options(**given, quantizer_options=q_options)
+    return given, q_options

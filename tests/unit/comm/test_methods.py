@@ -2,6 +2,7 @@
 warning), every consumer honours a method whole or refuses it in one line, and an experiment's
 protocol goes over a method without changing what its name says."""
 
+import re
 import warnings
 
 import pytest
@@ -269,9 +270,24 @@ def test_the_performance_model_covers_every_method_of_the_table():
 def test_the_hook_takes_a_method_of_its_own_with_settings_over_it():
     opts = methods.hook_options(method="terngrad-b512", seed=3, clip=2.0)
     assert opts == Options(seed=3, quantizer_options={"bucket_size": 512, "clip": 2.0})
-    assert methods.hook_options("qsgd", "ps", method="terngrad-b512") == Options(
-        "qsgd", topology="ps", quantizer_options={"bucket_size": 512}
+    # (qsgd's own bucket is 512: the method with it is qsgd-5-ps)
+    assert (
+        methods.hook_options("qsgd", "ps", method="terngrad-b512")
+        == methods.get("qsgd-5-ps").options()
     )
+    # a setting the method sets otherwise is refused (the rule of every consumer), not put over
+    for keywords, line in (
+        ({"bucket_size": 64}, "bucket_size 64 is not what terngrad-b512 runs (bucket_size 512); "
+         "the method that does is terngrad-b64: name it, or leave out bucket_size"),
+        ({"quantizer": "qsgd", "levels": 9}, None),
+    ):  # fmt: skip
+        if line is None:
+            assert methods.hook_options(method="terngrad-b512", **keywords).quantizer == "qsgd"
+            continue
+        with pytest.raises(ValueError, match=re.escape(line)):
+            methods.hook_options(method="terngrad-b512", **keywords)
+    with pytest.raises(ValueError, match=re.escape("quantizer qsgd is not what orq-5 runs")):
+        methods.hook_options("qsgd", method="orq-5")
     with pytest.warns(FutureWarning, match="preset= is deprecated: use method="):
         assert methods.hook_options(preset="transformer") == methods.hook_options(
             method="terngrad-b512"
