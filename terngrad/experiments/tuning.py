@@ -227,8 +227,8 @@ class LrTuning(Comparison):
             made_for = read_json(path, "tuning record").get("key", {})
             key = self.key()
             recipe = made_for.get("recipe", {})
-            if "method" not in recipe:  # an older version's layout: its fields read as today's
-                recipe = _recipe(TrainConfig.from_dict({"out": ".", **recipe}))
+            # (read as today's: an older version's layout, a setting added since at its default)
+            recipe = _recipe(TrainConfig.from_dict({"out": ".", **recipe}))
             changed = differences(recipe, key["recipe"])
             changed += differences({k: v for k, v in made_for.items() if k != "recipe"},
                                    {k: v for k, v in key.items() if k != "recipe"})  # fmt: skip

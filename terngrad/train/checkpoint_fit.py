@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from terngrad.comm.front.nodes import share
 from terngrad.comm.rank.agreement import exchange_config
 from terngrad.comm.rank.momentum import VarianceSource
 from terngrad.comm.rank.plans import full_precision_names, last_layer_names
@@ -127,25 +128,24 @@ def _exchanged(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
     return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
 
 
-def _exchange_config(cfg: TrainConfig, model: nn.Module) -> dict[str, Any]:
-    """The configuration the run's hook (or DiLoCo's exchange) will compare a saved one with."""
-    options = cfg.hook_options
-    params = _exchanged(model)
-    excluded = full_precision_names(params, last_layer_names(model), options)
-    kernels = resolve(options.kernels, torch.device("cpu"))  # (kernels are never compared)
-    return exchange_config(options, options.make_quantizer(), kernels, excluded, cfg.workers,
-                           params)  # fmt: skip
-
-
 def _check_exchange(what: str, rank: int, state: Any, cfg: TrainConfig, model: nn.Module,
                     variance: bool = False) -> None:  # fmt: skip
     """One rank's exchange state, by the hook's own check (one wording:
-    :func:`~terngrad.comm.rank.reducer.check_hook_state`) against the run's configuration."""
-    params = _exchanged(model)
-    excluded = full_precision_names(params, last_layer_names(model), cfg.hook_options)
+    :func:`~terngrad.comm.rank.reducer.check_hook_state`) against the configuration the run's
+    hook (or DiLoCo's exchange: across nodes, this rank's share among the ranks at its place)
+    will compare it with."""
+    options, params, world = cfg.hook_options, _exchanged(model), cfg.workers
+    if cfg.ranks_per_node is not None:
+        k = cfg.ranks_per_node
+        rank, place = divmod(rank, k)
+        mine, options = share(params, options, k, place)
+        params, world = [params[i] for i in mine], world // k
+    excluded = full_precision_names(params, last_layer_names(model), options)
+    kernels = resolve(options.kernels, torch.device("cpu"))  # (kernels are never compared)
+    config = exchange_config(options, options.make_quantizer(), kernels, excluded, world, params)
     sizes = {n: p.numel() for n, p in params}
     try:
-        check_hook_state(state, _exchange_config(cfg, model), rank, sizes, excluded, variance)
+        check_hook_state(state, config, rank, sizes, excluded, variance)
     except ValueError as exc:
         raise _Misfit(f"its {what}: {exc}") from None
 

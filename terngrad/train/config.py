@@ -93,6 +93,12 @@ class TrainConfig:
     data_dir: str | None = setting(None, "folder of the data set's files (CIFAR-10: required)",
                                    _MODEL)  # fmt: skip
     workers: int = setting(4, "processes (total)", _WORKERS, POSITIVE_INT)
+    #: local steps across nodes: DDP inside each node of this many consecutive ranks, the outer
+    #: exchange across nodes (:mod:`terngrad.comm.front.nodes`); ``None``: every rank a replica
+    ranks_per_node: int | None = setting(
+        None, "ranks per node: with local steps, DDP inside a node and the outer exchange "
+        "across nodes", _WORKERS, POSITIVE_INT, default_words="every rank a replica",
+    )  # fmt: skip
     #: how the run averages (:mod:`terngrad.comm.spec.methods`): PyTorch's baseline, or
     #: terngrad's exchange with its optimizer recipe, warm-up share and local steps; a name is
     #: read into the method (its seed, timeout and kernels are the run's: :attr:`hook_options`)
@@ -213,6 +219,17 @@ class TrainConfig:
                 f"total-batch-size {self.total_batch_size} does not split evenly over "
                 f"{self.workers} workers"
             )
+        if self.ranks_per_node is not None:
+            if m.local is None:
+                fail(
+                    f"ranks-per-node {self.ranks_per_node} lays out the nodes of local steps, "
+                    f"and method {m.name} has none: name one ({m.name}-local16, say)"
+                )
+            if self.workers % self.ranks_per_node or self.ranks_per_node >= self.workers:
+                fail(
+                    f"ranks-per-node {self.ranks_per_node} must divide workers {self.workers} "
+                    "into at least 2 nodes"
+                )
         if not isinstance(self.out, str) or not self.out.strip():
             fail(f"out must name a folder, got {self.out!r}")
         h = m.local_steps

@@ -23,7 +23,7 @@ from terngrad.comm import CollectiveFailed, rank_seed
 from terngrad.comm.rank.agreement import differing_ranks
 from terngrad.comm.rank.consistency import check_replicas
 from terngrad.comm.rank.momentum import MomentumSource
-from terngrad.diloco import DiLoCo
+from terngrad.diloco import DiLoCo, node_group
 from terngrad.diloco.state import REPLICATED_STATE
 from terngrad.train import baselines, checkpoints, models, outputs, text
 from terngrad.train import data as datasets
@@ -112,7 +112,9 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
     optimizer = make_optimizer(cfg, model)
     method = cfg.method
     if method.local is not None:  # DiLoCo: local inner steps, the exchange at outer steps
-        ddp = nn.parallel.DistributedDataParallel(model)
+        # (with nodes, DDP averages inside a node at every step: the outer exchange is across)
+        node = None if cfg.ranks_per_node is None else node_group(cfg.ranks_per_node)
+        ddp = nn.parallel.DistributedDataParallel(model, process_group=node)
         state = DiLoCo(ddp, optimizer, local=method.local, auto_choices=local_step_choices(cfg),
                        options=cfg.hook_options)  # fmt: skip
     elif method.baseline is None:  # (frozen-adamw: the hook exchanges its momentum after warm-up)

@@ -80,6 +80,33 @@ def test_overlap_resumes_bitwise_and_auto_chooses_and_keeps_h(tmp_path, capsys):
     assert "4 does not divide --eval-every 6: give multiples of 4" in err and "move" not in err
 
 
+def test_nodes_of_two_ranks_train_resume_bitwise_and_send_a_nodes_share(tmp_path, capsys):
+    """--ranks-per-node 2 on 4 workers: DDP inside each node, the outer exchange across the two
+    nodes (each rank its share of the parameters); a run stopped and extended ends bitwise as
+    the straight one (the launcher's check of each rank's saved share passes), and the two
+    ranks of a node together send across what one rank of a flat 2-rank run sends (within 1%:
+    each place's exchange has its own headers)."""
+    nodes = [*LOCAL, "--workers", "4", "--ranks-per-node", "2"]
+    a, b = _straight_and_extended(tmp_path, nodes, 2, 4)
+    assert [s["outer_steps"] for s in a["hook_states"]] == [2] * 4
+    flat = tmp_path / "flat"
+    assert main([*ARGS, *LOCAL, "--steps", "4", "--out", str(flat)]) == 0
+    node = sum(s["exchange"]["counters"]["bytes_sent"] for s in a["hook_states"][:2])
+    flat_state = checkpoints.load(checkpoints.latest(flat))["hook_states"][0]
+    once = flat_state["exchange"]["counters"]["bytes_sent"]
+    assert 0 < once <= node <= 1.01 * once  # (each place's exchange: its own few headers)
+    for extra, said in (
+        (["--workers", "2"], "ranks-per-node 2 must divide workers 2 into at least 2 nodes"),
+        (["--local-steps", "1", "--workers", "4"], "ranks-per-node 2 lays out the nodes of local"),
+    ):
+        argv = [*ARGS, *LOCAL, "--ranks-per-node", "2", *extra, "--steps", "4", "--out",
+                str(tmp_path / "x")]  # fmt: skip
+        with pytest.raises(SystemExit):
+            main(argv)
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1, err
+
+
 def test_local_steps_whose_outer_steps_keep_failing_stop_in_one_line(tmp_path, capsys):
     """A rank's pseudo-gradient not finite skips the outer step (the anchor stays); if every
     outer step is skipped, the run stops after --max-skipped-steps of them, as the hook's run

@@ -92,7 +92,7 @@ LOCAL = RESULTS / "transformer-local"
 #: for several seeds) and the seeds
 LOCAL_ROWS = {
     "fp32-sharded-local25 (DiLoCo, fp32 outer gradients)": ("fp32-sharded-local25", 2),
-    "**terngrad-local25** (ternary, no error feedback: `DiLoCo`'s default now)":
+    "**terngrad-local25** (ternary, no error feedback: `DiLoCo`'s default)":
         ("terngrad-local25", 2),
     "terngrad-local25, `--outer-lr 1 --outer-momentum 0` (the replicas' average, local SGD)":
         ("terngrad-local25-avg-s0", 1),
@@ -150,6 +150,7 @@ def test_the_gpt_tuning_losses_are_its_points():
     words = " ".join((DOCS / "time-to-accuracy.md").read_text().split())
     named = {"fp32": "fp32", "fp16": "fp16", "`terngrad-localvar-all`":
              "terngrad-b512-last-min0-ef-localvar100", "`powersgd-r16`": "powersgd-r16",
+             "`powersgd` (rank 2)": "powersgd",
              "`terngrad-local25`": "terngrad-local25"}  # fmt: skip
     points = 0
     for said, method in named.items():

@@ -42,7 +42,7 @@ from terngrad.comm.spec.methods import hook_options
 from terngrad.comm.spec.options import Options
 from terngrad.quantize.random import stream_seed
 
-__all__ = ["NodeExchange", "Nodes", "node_group", "shares"]
+__all__ = ["NodeExchange", "Nodes", "node_group", "share", "shares"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,19 @@ def shares(sizes: Sequence[int], ranks: int) -> list[int]:
     return owner
 
 
+def share(
+    named: Sequence[tuple[str, Any]], options: Options, size: int, place: int
+) -> tuple[list[int], Options]:
+    """What the rank at ``place`` of a node of ``size`` ranks exchanges across nodes: the
+    indices of its share of ``named`` (the trainable parameters, in order) and the exchange's
+    options for it (the seed mixed with the place, but at place 0: each place draws from its
+    own streams)."""
+    owner = shares([p.numel() for _, p in named], size)
+    if place:
+        options = options.replace(seed=stream_seed(options.seed, place))
+    return [i for i, o in enumerate(owner) if o == place], options
+
+
 def node_group(ranks_per_node: int | None = None) -> Any:
     """This rank's node as a process group, for ``DDP(model, process_group=node_group())``:
     nodes of ``ranks_per_node`` consecutive ranks (torchrun numbers a node's ranks so; by
@@ -150,16 +163,13 @@ class NodeExchange(Synchronizer):
                 f"terngrad: a node of {nodes.size} ranks shares out the parameters, and the "
                 f"model has {len(named)}: use nodes of at most {len(named)} ranks"
             )
-        owner = shares([p.numel() for _, p in named], nodes.size)
-        self._own = [i for i, o in enumerate(owner) if o == nodes.place]
         #: each parameter's owner: its place in the node
-        self._owners = owner
+        self._owners = shares([p.numel() for _, p in named], nodes.size)
         self.inside = Link(nodes.within)
         self._made = False
         extra = {k: settings.pop(k) for k in ("estimate",) if k in settings}
-        options = options or hook_options(*args, **settings)
-        if nodes.place:
-            options = options.replace(seed=stream_seed(options.seed, nodes.place))
+        self._own, options = share(named, options or hook_options(*args, **settings),
+                                   nodes.size, nodes.place)  # fmt: skip
         super().__init__([named[i] for i in self._own], options=options, group=nodes.across,
                          last_layer=last_layer_names(module), **extra)  # fmt: skip
         #: every trainable parameter of the module (the replica); the share this rank
