@@ -87,7 +87,7 @@ def test_nodes_of_two_ranks_train_resume_bitwise_and_send_a_nodes_share(tmp_path
     ranks of a node together send across what one rank of a flat 2-rank run sends (within 1%:
     each place's exchange has its own headers)."""
     nodes = [*LOCAL, "--workers", "4", "--ranks-per-node", "2"]
-    a, b = _straight_and_extended(tmp_path, nodes, 2, 4)
+    a, _ = _straight_and_extended(tmp_path, nodes, 2, 4)
     assert [s["outer_steps"] for s in a["hook_states"]] == [2] * 4
     flat = tmp_path / "flat"
     assert main([*ARGS, *LOCAL, "--steps", "4", "--out", str(flat)]) == 0
