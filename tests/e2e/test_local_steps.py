@@ -89,6 +89,8 @@ def test_nodes_of_two_ranks_train_resume_bitwise_and_send_a_nodes_share(tmp_path
     nodes = [*LOCAL, "--workers", "4", "--ranks-per-node", "2"]
     a, _ = _straight_and_extended(tmp_path, nodes, 2, 4)
     assert [s["outer_steps"] for s in a["hook_states"]] == [2] * 4
+    summary = json.loads((tmp_path / "straight" / "summary.json").read_text())
+    assert summary["node_bytes_sent_per_rank"] > 0  # what rank 0 sent inside its node
     flat = tmp_path / "flat"
     assert main([*ARGS, *LOCAL, "--steps", "4", "--out", str(flat)]) == 0
     node = sum(s["exchange"]["counters"]["bytes_sent"] for s in a["hook_states"][:2])
