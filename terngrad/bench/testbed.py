@@ -1,10 +1,11 @@
 """A bandwidth-limited cluster on one machine, for ``terngrad bench network`` and ``terngrad
 bench accuracy``.
 
-N network namespaces ``tg-r0 .. tg-r{N-1}``, one per rank, each joined by a veth pair to a
-bridge in a hub namespace ``tg-hub``, both ends of every link shaped with ``tc ... tbf`` to the
-given rate — a switch with N ports of that speed. Addresses are ``10.213.0.{r+1}/24``, inside
-these namespaces only; nothing is routed anywhere else. It needs root and iproute2.
+N network namespaces ``tg-r0 .. tg-r{N-1}``, one per node (a rank, or ``ranks_per_node``
+ranks talking inside it unshaped), each joined by a veth pair to a bridge in a hub namespace
+``tg-hub``, both ends of every link shaped with ``tc ... tbf`` to the given rate — a switch
+with N ports of that speed. Addresses ``10.213.0.{n+1}/24``, routed nowhere else. It needs
+root and iproute2.
 
 What it makes it records first (``/run/terngrad/testbed-<prefix>.json``: its PID and the
 namespaces, each written down before it is made), and it removes exactly that — every process
@@ -33,6 +34,7 @@ from typing import Any
 
 from terngrad.util import netdev
 from terngrad.util.files import atomic_write_text, read_json
+from terngrad.util.netdev import rate_bits
 
 PREFIX = "tg"
 SUBNET = "10.213.0"
@@ -56,28 +58,6 @@ class TestbedRefused(TestbedUnavailable, ValueError):
 
 class BenchFailed(RuntimeError):
     """A rank failed or the run outlived its timeout (the ranks' logs say more)."""
-
-
-def rate_bits(bandwidth: str) -> int | None:
-    """Bits per second of ``100mbit``/``1gbit``/``10gbit``-style rates; ``None`` for
-    ``unlimited``; ``ValueError`` for anything else."""
-    units = {"kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
-    text = bandwidth.strip().lower()
-    if text == "unlimited":
-        return None
-    for unit, scale in units.items():
-        number = text.removesuffix(unit)
-        if number != text:
-            try:
-                value = float(number)
-            except ValueError:
-                break
-            if value > 0:
-                return int(value * scale)
-    raise ValueError(
-        f"bandwidth must be a rate such as 100mbit, 1gbit, 2.5gbit or 'unlimited', "
-        f"got {bandwidth!r}"
-    )
 
 
 def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -212,27 +192,39 @@ def check_host() -> None:
 
 @dataclass
 class Testbed:
-    """``ranks`` namespaces on a bridge, links shaped to ``bandwidth``; a context manager that
-    builds it on entry and always tears it down."""
+    """``ranks`` ranks in namespaces on a bridge, links shaped to ``bandwidth`` (the ranks of
+    a node, ``ranks_per_node``, share one: their own traffic stays inside, unshaped); a
+    context manager that builds it on entry and always tears it down."""
 
     ranks: int
     bandwidth: str = "1gbit"
     prefix: str = PREFIX
+    ranks_per_node: int = 1
 
     def __post_init__(self) -> None:
         if not 2 <= self.ranks <= 8:
             raise ValueError(f"the testbed has 2 to 8 ranks, got {self.ranks}")
+        k = self.ranks_per_node
+        if not 1 <= k < self.ranks or self.ranks % k:
+            raise ValueError(
+                f"ranks-per-node {k} must divide the testbed's {self.ranks} ranks into at "
+                "least 2 nodes"
+            )
         self.rate = rate_bits(self.bandwidth)
 
+    @property
+    def nodes(self) -> int:
+        return self.ranks // self.ranks_per_node
+
+    # the namespace, link and address of ``rank``'s node
     def namespace(self, rank: int) -> str:
-        return f"{self.prefix}-r{rank}"
+        return f"{self.prefix}-r{rank // self.ranks_per_node}"
 
     def interface(self, rank: int) -> str:
-        return f"{self.prefix}v{rank}"
+        return f"{self.prefix}v{rank // self.ranks_per_node}"
 
-    @staticmethod
-    def address(rank: int) -> str:
-        return f"{SUBNET}.{rank + 1}"
+    def address(self, rank: int) -> str:
+        return f"{SUBNET}.{rank // self.ranks_per_node + 1}"
 
     def check(self) -> None:
         """Every refusal of :meth:`__enter__`, nothing built: ``TestbedUnavailable`` for what
@@ -301,8 +293,9 @@ class Testbed:
         self._add_namespace(hub)
         _run("ip", "-n", hub, "link", "add", "br0", "type", "bridge")
         _run("ip", "-n", hub, "link", "set", "br0", "up")
-        for r in range(self.ranks):
-            ns, inner, outer = self.namespace(r), self.interface(r), f"{self.prefix}p{r}"
+        for r in range(0, self.ranks, self.ranks_per_node):  # (a node's first rank)
+            node = r // self.ranks_per_node
+            ns, inner, outer = self.namespace(r), self.interface(r), f"{self.prefix}p{node}"
             self._add_namespace(ns)
             _run("ip", "link", "add", inner, "netns", ns, "type", "veth", "peer", "name",
                  outer, "netns", hub)  # fmt: skip

@@ -62,15 +62,28 @@ def check_owner(module: nn.Module, optimizer: torch.optim.Optimizer) -> None:
 
 
 def outer_exchange(
-    model: nn.Module, module: nn.Module, *args: Any, **settings: Any
+    model: nn.Module, module: nn.Module, across_nodes: bool, *args: Any, **settings: Any
 ) -> Synchronizer:
     """The exchange of the pseudo-gradients of ``module`` (settings as for
-    :class:`~terngrad.comm.Synchronizer`): across nodes where ``model`` is DDP over fewer
-    ranks than the world (one node's: it goes on averaging the gradients inside the node at
-    every step), else over every rank (a DDP model's all-reduce then becomes a no-op)."""
-    if isinstance(model, nn.parallel.DistributedDataParallel):
-        group = model.process_group
-        if dist.get_world_size(group) < dist.get_world_size():
-            return NodeExchange(module, group, *args, **settings)
+    :class:`~terngrad.comm.Synchronizer`): ``across_nodes``, across the nodes, ``model`` being
+    DDP over the ranks of one node (it goes on averaging the gradients inside the node at
+    every step); else over every rank (a DDP model's all-reduce then becomes a no-op). One
+    line for a model that is not what ``across_nodes`` says."""
+    ddp = isinstance(model, nn.parallel.DistributedDataParallel)
+    part = ddp and dist.get_world_size(model.process_group) < dist.get_world_size()
+    if across_nodes and not part:
+        raise ValueError(
+            "DiLoCo across nodes trains each node as one replica: give it a DDP model over "
+            "the ranks of one node, DDP(model, process_group=terngrad.diloco.node_group())"
+        )
+    if part and not across_nodes:
+        raise ValueError(
+            f"this DDP model trains over {dist.get_world_size(model.process_group)} of the "
+            f"{dist.get_world_size()} ranks: give DiLoCo across_nodes=True (a method with "
+            "-nodes) to train each node as one replica, or a DDP model over every rank"
+        )
+    if part:
+        return NodeExchange(module, model.process_group, *args, **settings)
+    if ddp:
         model.register_comm_hook(None, local_gradients)
     return Synchronizer(module, *args, **settings)

@@ -51,6 +51,8 @@ class DiLoCo:
     step so that the exchange takes at most ``max_comm_share`` of the time, from
     ``auto_choices``, by default 1 to :data:`AUTO_MAX_LOCAL_STEPS`);
     ``overlap``: the outer exchange in the background, its update one outer step late;
+    ``across_nodes``: ``model`` is DDP over the ranks of one node, each node one replica, the
+    outer exchange across nodes (:mod:`terngrad.comm.front.nodes`);
     ``quantizer``, ``topology`` and any other keyword: the exchange of the pseudo-gradients,
     as for :func:`terngrad.ddp.register` (no error feedback by default, as there), or
     ``options``, a ready :class:`~terngrad.comm.Options`;
@@ -74,6 +76,7 @@ class DiLoCo:
         nesterov: bool | None = None,
         overlap: bool | None = None,
         max_comm_share: float | None = None,
+        across_nodes: bool | None = None,
         auto_choices: Sequence[int] | None = None,
         options: Options | None = None,
         local: LocalSteps | None = None,
@@ -82,7 +85,7 @@ class DiLoCo:
         module = plain_module(model)
         keywords = dict(local_steps=local_steps, outer_lr=outer_lr, overlap=overlap,
                         outer_momentum=outer_momentum, nesterov=nesterov,
-                        max_comm_share=max_comm_share)  # fmt: skip
+                        max_comm_share=max_comm_share, across_nodes=across_nodes)  # fmt: skip
         if local is not None:
             if any(v is not None for v in keywords.values()):
                 raise ValueError("give DiLoCo local=LocalSteps(...) or its keywords, not both")
@@ -108,8 +111,8 @@ class DiLoCo:
         self.local_steps: int | str = local.every
         self.auto_choices = choices
         #: the exchange of the pseudo-gradients (rank 0's parameters broadcast when made)
-        self.exchange = outer_exchange(model, module, quantizer, topology, options=options,
-                                       **settings)  # fmt: skip
+        self.exchange = outer_exchange(model, module, local.across_nodes, quantizer, topology,
+                                       options=options, **settings)  # fmt: skip
         self.params = self.exchange.params
         self._buffers = [b for b in module.buffers() if b.is_floating_point()]
         self.exchange.from_first(module.buffers())

@@ -129,13 +129,18 @@ class AccuracyComparison(Comparison):
         """The race with each method's tuned settings (tuned on ``seed``)."""
         return replace(self, per_method=per_method, tuned_on=seed)
 
+    def _testbed(self) -> testbed.Testbed:
+        """The testbed of the race (not built): its ranks, link and nodes."""
+        per_node = self.base.ranks_per_node or 1
+        return testbed.Testbed(self.base.workers, self.bandwidth, self.prefix, per_node)
+
     def check(self, runs: list[Run]) -> None:
         """Every check that needs nothing built: methods, target, rate, ranks, root, data, the
         model's inputs, the folder of each run not yet finished (a finished run's checkpoint
         is never read again: one that diverged to NaN holds a loss no run resumes from);
         ``ValueError`` with one line for the first that fails."""
         testbed.rate_bits(self.bandwidth)
-        testbed.Testbed(self.base.workers, self.bandwidth, self.prefix)  # 2 to 8 ranks
+        self._testbed()  # 2 to 8 ranks, nodes that divide them
         try:
             testbed.check_host()
         except testbed.TestbedUnavailable as exc:
@@ -158,14 +163,15 @@ class AccuracyComparison(Comparison):
         warm_up_kernels([r.config for r in runs])  # compiled once, loaded by every rank
         base = self.base
         echo(
-            f"building {base.workers} namespaces with {self.bandwidth} links; {base.model} on "
+            f"building {self._testbed().nodes} namespaces with {self.bandwidth} links; "
+            f"{base.model} on "
             f"{base.dataset}, {len(runs)} runs of at most {base.steps} steps, target "
             f"{report.target_words(self.target, self.target_metric)} ..."
         )
         ports = {r.config.out: PORT + i for i, r in enumerate(runs)}
         with (
             run_folder.claim(Path(base.out)),
-            testbed.Testbed(base.workers, self.bandwidth, self.prefix) as bed,
+            self._testbed() as bed,
         ):
 
             def train(r: Run) -> dict[str, Any]:

@@ -223,6 +223,7 @@ def summarise(plan, runs: list[Run]) -> dict[str, Any]:
         "model": base.model,
         "dataset": base.dataset,
         "workers": base.workers,
+        "ranks_per_node": base.ranks_per_node,
         "bandwidth": plan.bandwidth,
         "target": plan.target,
         "target_metric": plan.target_metric,
@@ -316,7 +317,14 @@ def markdown(results: dict[str, Any]) -> str:
         "Seconds are training seconds (steps only; evaluations and checkpoints left out), "
         "wall-clock on the testbed; 'vs' is how many times sooner than that method the "
         "target was reached (a ratio of the mean seconds); wire bytes are what each rank's "
-        "interface sent during the steps (mean over ranks, IP headers included).\n"
+        "interface sent during the steps (mean over ranks, IP headers included)"
+        + (
+            f"; nodes of {results['ranks_per_node']} ranks share one interface: its bytes "
+            "are the node's"
+            if results.get("ranks_per_node")
+            else ""
+        )
+        + ".\n"
     )
     if modelled:
         p = results["prediction"]

@@ -135,8 +135,8 @@ def _check_exchange(what: str, rank: int, state: Any, cfg: TrainConfig, model: n
     hook (or DiLoCo's exchange: across nodes, this rank's share among the ranks at its place)
     will compare it with."""
     options, params, world = cfg.hook_options, _exchanged(model), cfg.workers
-    if cfg.ranks_per_node is not None:
-        k = cfg.ranks_per_node
+    if cfg.node_size is not None:
+        k = cfg.node_size
         rank, place = divmod(rank, k)
         mine, options = share(params, options, k, place)
         params, world = [params[i] for i in mine], world // k

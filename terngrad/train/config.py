@@ -93,11 +93,14 @@ class TrainConfig:
     data_dir: str | None = setting(None, "folder of the data set's files (CIFAR-10: required)",
                                    _MODEL)  # fmt: skip
     workers: int = setting(4, "processes (total)", _WORKERS, POSITIVE_INT)
-    #: local steps across nodes: DDP inside each node of this many consecutive ranks, the outer
-    #: exchange across nodes (:mod:`terngrad.comm.front.nodes`); ``None``: every rank a replica
+    #: the cluster's layout: nodes of this many consecutive ranks (``bench``'s testbed: a
+    #: namespace per node, nodes joined at the shaped rate); a method whose local steps run
+    #: across nodes (``-nodes``) trains DDP inside each (:mod:`terngrad.comm.front.nodes`)
     ranks_per_node: int | None = setting(
-        None, "ranks per node: with local steps, DDP inside a node and the outer exchange "
-        "across nodes", _WORKERS, POSITIVE_INT, default_words="every rank a replica",
+        None, "ranks per node: in bench's testbed, the ranks of a node share its link; with "
+        "a method of local steps across nodes (-nodes, --across-nodes), DDP inside a node and "
+        "the outer exchange across nodes", _WORKERS, POSITIVE_INT,
+        default_words="one rank a node",
     )  # fmt: skip
     #: how the run averages (:mod:`terngrad.comm.spec.methods`): PyTorch's baseline, or
     #: terngrad's exchange with its optimizer recipe, warm-up share and local steps; a name is
@@ -219,17 +222,18 @@ class TrainConfig:
                 f"total-batch-size {self.total_batch_size} does not split evenly over "
                 f"{self.workers} workers"
             )
-        if self.ranks_per_node is not None:
-            if m.local is None:
-                fail(
-                    f"ranks-per-node {self.ranks_per_node} lays out the nodes of local steps, "
-                    f"and method {m.name} has none: name one ({m.name}-local16, say)"
-                )
-            if self.workers % self.ranks_per_node or self.ranks_per_node >= self.workers:
-                fail(
-                    f"ranks-per-node {self.ranks_per_node} must divide workers {self.workers} "
-                    "into at least 2 nodes"
-                )
+        if self.ranks_per_node is not None and (
+            self.workers % self.ranks_per_node or self.ranks_per_node >= self.workers
+        ):
+            fail(
+                f"ranks-per-node {self.ranks_per_node} must divide workers {self.workers} "
+                "into at least 2 nodes"
+            )
+        if m.local is not None and m.local.across_nodes and self.ranks_per_node is None:
+            fail(
+                f"method {m.name} runs its local steps across nodes: give --ranks-per-node "
+                "(the ranks of one node)"
+            )
         if not isinstance(self.out, str) or not self.out.strip():
             fail(f"out must name a folder, got {self.out!r}")
         h = m.local_steps
@@ -248,6 +252,13 @@ class TrainConfig:
                     f"{flag} {value} is not a multiple of local-steps {h}: the replicas are "
                     "one model only after an outer step"
                 )
+
+    @property
+    def node_size(self) -> int | None:
+        """The ranks of a node where each node is one replica of local steps (a method with
+        ``-nodes``), else ``None``: every rank a replica."""
+        local = self.method.local
+        return self.ranks_per_node if local is not None and local.across_nodes else None
 
     @property
     def worker_batch(self) -> int:

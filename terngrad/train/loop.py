@@ -113,7 +113,7 @@ def train_worker(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any] 
     method = cfg.method
     if method.local is not None:  # DiLoCo: local inner steps, the exchange at outer steps
         # (with nodes, DDP averages inside a node at every step: the outer exchange is across)
-        node = None if cfg.ranks_per_node is None else node_group(cfg.ranks_per_node)
+        node = None if cfg.node_size is None else node_group(cfg.node_size)
         ddp = nn.parallel.DistributedDataParallel(model, process_group=node)
         state = DiLoCo(ddp, optimizer, local=method.local, auto_choices=local_step_choices(cfg),
                        options=cfg.hook_options)  # fmt: skip

@@ -127,7 +127,7 @@ def write_summary(
     }
     if getattr(stats, "local_steps", None) is not None:  # local steps: H (auto: as chosen)
         summary["local_steps"] = stats.local_steps
-    if cfg.ranks_per_node is not None:  # across nodes: the bytes above crossed the slow link
+    if cfg.node_size is not None:  # across nodes: the bytes above crossed the slow link
         summary["node_bytes_sent_per_rank"] = stats.node_bytes_sent  # (these stayed inside)
     if metrics and "bits_per_char" in metrics[-1]:
         summary["bits_per_char"] = metrics[-1]["bits_per_char"]

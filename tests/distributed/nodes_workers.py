@@ -20,7 +20,7 @@ def train(rank: int, world: int, steps: int, local_steps: int, settings: dict,
     net = model()
     inner = torch.optim.AdamW(net.parameters(), lr=1e-2)
     ddp = nn.parallel.DistributedDataParallel(net, process_group=node_group(per_node))
-    outer = DiLoCo(ddp, inner, local_steps, **settings)
+    outer = DiLoCo(ddp, inner, local_steps, across_nodes=True, **settings)
     out: dict = {"outer": [], "params": [], "before_outer": []}
     for step in range(steps):
         x, y = batch(step, rank)
@@ -44,7 +44,23 @@ def unequal_nodes(rank: int, world: int) -> str:
     net = model()
     ddp = nn.parallel.DistributedDataParallel(net, process_group=group)
     try:
-        DiLoCo(ddp, torch.optim.AdamW(net.parameters()), 4)
+        DiLoCo(ddp, torch.optim.AdamW(net.parameters()), 4, across_nodes=True)
     except ValueError as exc:
         return str(exc)
     return "accepted"
+
+
+def mismatched(rank: int, world: int) -> list[str]:
+    """A DDP model over a node's ranks without ``across_nodes``, and ``across_nodes`` with a
+    plain module: what DiLoCo says to each."""
+    said = []
+    for across, over_node in ((False, True), (True, False)):
+        net = model()
+        wrapped = (nn.parallel.DistributedDataParallel(net, process_group=node_group(2))
+                   if over_node else net)  # fmt: skip
+        try:
+            DiLoCo(wrapped, torch.optim.AdamW(net.parameters()), 4, across_nodes=across)
+            said.append("accepted")
+        except ValueError as exc:
+            said.append(str(exc))
+    return said

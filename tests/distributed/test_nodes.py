@@ -86,6 +86,14 @@ def test_nodes_of_unequal_size_are_refused_in_one_line_on_every_rank():
     )
 
 
+def test_a_model_that_is_not_what_across_nodes_says_is_refused():
+    said = run(w.mismatched, WORLD)[0]
+    assert said[0].startswith("this DDP model trains over 2 of the 4 ranks: give DiLoCo "
+                              "across_nodes=True")  # fmt: skip
+    assert said[1].startswith("DiLoCo across nodes trains each node as one replica: give it a "
+                              "DDP model over the ranks of one node")  # fmt: skip
+
+
 def test_the_shares_balance_the_elements_the_largest_first():
     assert shares([10, 100, 30, 80], 2) == [0, 0, 1, 1]
     assert shares([5, 5, 5], 3) == [0, 1, 2]

@@ -86,7 +86,7 @@ def test_nodes_of_two_ranks_train_resume_bitwise_and_send_a_nodes_share(tmp_path
     the straight one (the launcher's check of each rank's saved share passes), and the two
     ranks of a node together send across what one rank of a flat 2-rank run sends (within 1%:
     each place's exchange has its own headers)."""
-    nodes = [*LOCAL, "--workers", "4", "--ranks-per-node", "2"]
+    nodes = [*LOCAL, "--across-nodes", "--workers", "4", "--ranks-per-node", "2"]
     a, _ = _straight_and_extended(tmp_path, nodes, 2, 4)
     assert [s["outer_steps"] for s in a["hook_states"]] == [2] * 4
     summary = json.loads((tmp_path / "straight" / "summary.json").read_text())
@@ -97,11 +97,14 @@ def test_nodes_of_two_ranks_train_resume_bitwise_and_send_a_nodes_share(tmp_path
     flat_state = checkpoints.load(checkpoints.latest(flat))["hook_states"][0]
     once = flat_state["exchange"]["counters"]["bytes_sent"]
     assert 0 < once <= node <= 1.01 * once  # (each place's exchange: its own few headers)
+    assert json.loads((tmp_path / "straight" / "summary.json").read_text())["method"] == (
+        "terngrad-local2-nodes"
+    )
     for extra, said in (
-        (["--workers", "2"], "ranks-per-node 2 must divide workers 2 into at least 2 nodes"),
-        (["--local-steps", "1", "--workers", "4"], "ranks-per-node 2 lays out the nodes of local"),
+        (["--ranks-per-node", "2"], "ranks-per-node 2 must divide workers 2 into at least 2 nodes"),
+        ([], "method terngrad-local2-nodes runs its local steps across nodes: give --ranks-per-"),
     ):
-        argv = [*ARGS, *LOCAL, "--ranks-per-node", "2", *extra, "--steps", "4", "--out",
+        argv = [*ARGS, *LOCAL, "--across-nodes", *extra, "--steps", "4", "--out",
                 str(tmp_path / "x")]  # fmt: skip
         with pytest.raises(SystemExit):
             main(argv)

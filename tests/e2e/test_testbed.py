@@ -115,6 +115,32 @@ def test_a_killed_runs_testbed_is_removed_exactly_processes_included():
 ACCURACY_PREFIX = "tgacc"
 
 
+@pytest.mark.skipif(WHY_NOT is not None, reason=f"testbed: {WHY_NOT}")
+def test_nodes_of_two_ranks_share_a_namespace_and_its_link(tmp_path):
+    """4 ranks as 2 nodes of 2 (``ranks_per_node``): 2 namespaces, the ranks of a node on its
+    one shaped link; plain DDP (its ring crosses the slow link) and local steps across nodes
+    (DDP inside a node, the exchange across) race in it; the wire bytes are a node's, and the
+    report says so."""
+    bed = testbed.Testbed(4, "100mbit", ACCURACY_PREFIX, ranks_per_node=2)
+    assert [bed.namespace(r) for r in range(4)] == [f"{ACCURACY_PREFIX}-r{n}" for n in (0, 0, 1, 1)]
+    base = accuracy_base(tmp_path / "nodes", workers=4, ranks_per_node=2, steps=5, eval_every=5)
+    plan = tta.AccuracyComparison(base, ("fp32", "terngrad-local5-nodes"), "100mbit", 0.3,
+                                  time_limit=300, prefix=ACCURACY_PREFIX)  # fmt: skip
+    lines: list[str] = []
+    comparison.run(plan, Path(base.out), echo=lines.append)
+    assert any("building 2 namespaces" in line for line in lines)
+    assert not [n for n in testbed._namespaces() if n.startswith(f"{ACCURACY_PREFIX}-")]
+    results = json.loads((Path(base.out) / "results.json").read_text())
+    fp32, nodes = results["methods"]
+    assert fp32["wire_bytes_per_step"] > 0
+    assert 0 < nodes["wire_bytes_per_step"] < fp32["wire_bytes_per_step"] / 10
+    summary = json.loads((Path(base.out) / "terngrad-local5-nodes" / "summary.json").read_text())
+    assert summary["node_bytes_sent_per_rank"] > 0  # what stayed inside the node
+    assert "nodes of 2 ranks share one interface" in (Path(base.out) / "results.md").read_text()
+    with pytest.raises(ValueError, match="ranks-per-node 3 must divide the testbed's 4 ranks"):
+        testbed.Testbed(4, "100mbit", ACCURACY_PREFIX, ranks_per_node=3)
+
+
 @pytest.mark.slow  # a whole experiment: make test-slow
 @pytest.mark.skipif(WHY_NOT is not None, reason=f"testbed: {WHY_NOT}")
 def test_two_ranks_two_methods_on_the_shaped_testbed_then_a_sweep(tmp_path):

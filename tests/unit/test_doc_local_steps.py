@@ -539,3 +539,34 @@ def test_the_trainers_local_steps_are_its_records():
         f"{gap('gpt2', 'local16-noef'):+.2f}% over 3 seeds), but {round(min(bert))}% above it on "
         "a BERT-style masked language model" in WORDS
     )
+
+
+def test_the_nodes_table_and_its_prose_are_the_runs():
+    """local-steps.md's runs across nodes (``docs/results/nodes/``): steps to 98%, final
+    accuracy, the exchange's bytes a step per rank and the outer step's bytes inside a node,
+    per form, every cell; the prose's sums of them."""
+    root = RESULTS / "nodes"
+    _, *rows = markdown_rows(PAGE, "**Measured, in steps**")
+    assert len(rows) == 2
+    means = {}
+    for row, layout in zip(rows, ("flat", "nodes"), strict=True):
+        runs = [json.loads((root / f"terngrad-local25-olr0.5-{layout}-s{i}" / "summary.json")
+                           .read_text()) for i in range(3)]  # fmt: skip
+        assert f"`{runs[0]['method']}`" in row[0]
+        assert row[2] == ", ".join(str(r["steps"]) for r in runs)
+        assert all(r["stopped_at_target"] for r in runs)
+        assert row[3] == ", ".join(f"{100 * r['accuracy']:.2f}%" for r in runs)
+        sent = statistics.mean(r["bytes_sent_per_step"] for r in runs)
+        assert row[4] == f"{sent:,.0f}"
+        inside = [r.get("node_bytes_sent_per_rank") for r in runs]
+        cell = "—" if layout == "flat" else (
+            f"{statistics.mean(b / r['steps'] for b, r in zip(inside, runs, strict=True)):,.0f}"
+        )  # fmt: skip
+        assert row[5] == cell
+        means[layout] = (sent, cell)
+    assert (
+        f"the two ranks of a node together {2 * means['nodes'][0]:,.0f} bytes a step into one "
+        f"exchange of 2 replicas across the nodes, where each of four ranks hands "
+        f"{means['flat'][0]:,.0f}" in WORDS
+    )
+    assert f"broadcasts add {means['nodes'][1]} bytes a step per rank" in WORDS

@@ -40,9 +40,11 @@ class LocalSteps:
     """Local steps: ``every`` (``H``, the inner steps between two outer steps, or ``"auto"``:
     chosen at run time so that the exchange takes at most ``max_comm_share`` of the time),
     ``overlap`` (the outer exchange behind the next inner steps, its update one outer step
-    late) and the outer SGD (``outer_lr``, ``outer_momentum``, ``nesterov``: Nesterov's
-    wherever there is momentum unless ``False``; put in its one form where it is made, so
-    ``nesterov`` is always a bool)."""
+    late), ``across_nodes`` (each node of several ranks one replica, trained with DDP inside
+    it, the outer exchange across nodes: :mod:`terngrad.comm.front.nodes`) and the outer SGD
+    (``outer_lr``, ``outer_momentum``, ``nesterov``: Nesterov's wherever there is momentum
+    unless ``False``; put in its one form where it is made, so ``nesterov`` is always a
+    bool)."""
 
     every: int | str = setting(
         LOCAL_STEPS, "inner steps between outer steps: each rank trains its own replica H steps, "
@@ -69,6 +71,10 @@ class LocalSteps:
         MAX_COMM_SHARE, "with --local-steps auto: the largest share of the time the outer "
         "exchange may take", _LOCAL, SHARE,
     )  # fmt: skip
+    across_nodes: bool = setting(
+        False, "with --local-steps and --ranks-per-node: each node one replica, DDP inside it "
+        "at every step, the outer exchange across nodes only", _LOCAL, flag="--across-nodes",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         if self.every != "auto" and (isinstance(self.every, bool) or not isinstance(self.every, int)
@@ -78,7 +84,7 @@ class LocalSteps:
                 f"steps) or 'auto', got {self.every!r}"
             )
         check_settings(self)
-        for name in ("overlap", "nesterov"):
+        for name in ("overlap", "nesterov", "across_nodes"):
             value = getattr(self, name)
             if not isinstance(value, bool) and not (name == "nesterov" and value is None):
                 raise ValueError(f"{name} must be True or False, got {value!r}")

@@ -189,6 +189,10 @@ _SLOTS: tuple[_Slot, ...] = (
           lambda m: "overlap" if m.outer_overlap else None,
           lambda m: (", ", "the exchange behind the next inner steps (its update one outer "
                            "step late)") if m.outer_overlap else None),
+    _Slot("across nodes", "[-nodes]", r"nodes", lambda g: {"l": {"across_nodes": True}},
+          lambda m: "nodes" if m.local is not None and m.local.across_nodes else None,
+          lambda m: (", ", "each node one replica (DDP inside it), the exchange across nodes")
+          if m.local is not None and m.local.across_nodes else None),
     _Slot("recipe", "[-frozen<F>|-localvar<N>]", r"frozen(\d*\.?\d+)|localvar(\d+)",
           lambda g: {"recipe": FrozenVariance(float(g[1])) if g[1] else LocalVariance(int(g[2]))},
           lambda m: m.recipe.token if m.recipe is not None else None,
