@@ -161,6 +161,15 @@ def test_the_gpt_tuning_losses_are_its_points():
             points += path.exists()
         assert f"{said} {', '.join(losses)}" in words, said
     assert f"({points} of the grid's 24 points;" in words
+    chosen = json.loads((tuning / "tuning.json").read_text())["methods"]
+    rate = {m: v["chosen"]["lr"] for m, v in chosen.items()}
+    assert [m for m in named.values() if rate[m] == 0.008] == [
+        "fp32", "fp16", "terngrad-b512-last-min0-ef-localvar100", "powersgd-r16"
+    ]  # fmt: skip
+    assert [m for m in named.values() if rate[m] == 0.004] == ["powersgd", "terngrad-local25"]
+    assert ("each races at its lowest: 8e-3 for fp32, fp16, `terngrad-localvar-all` and "
+            "`powersgd-r16`, the grid's largest rate, so a larger one may be better; 4e-3 for "
+            "`powersgd` and `terngrad-local25`") in words  # fmt: skip
 
 
 def _sweep_point(link: str) -> dict:
