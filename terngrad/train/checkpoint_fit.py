@@ -138,8 +138,9 @@ def _check_exchange(what: str, rank: int, state: Any, cfg: TrainConfig, model: n
     if cfg.node_size is not None:
         k = cfg.node_size
         rank, place = divmod(rank, k)
-        mine, options = share(params, options, k, place)
-        params, world = [params[i] for i in mine], world // k
+        owners, options = share(params, options, k, place)
+        params = [p for p, o in zip(params, owners, strict=True) if o == place]
+        world //= k
     excluded = full_precision_names(params, last_layer_names(model), options)
     kernels = resolve(options.kernels, torch.device("cpu"))  # (kernels are never compared)
     config = exchange_config(options, options.make_quantizer(), kernels, excluded, world, params)

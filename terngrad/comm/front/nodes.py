@@ -114,14 +114,13 @@ def shares(sizes: Sequence[int], ranks: int) -> list[int]:
 def share(
     named: Sequence[tuple[str, Any]], options: Options, size: int, place: int
 ) -> tuple[list[int], Options]:
-    """What the rank at ``place`` of a node of ``size`` ranks exchanges across nodes: the
-    indices of its share of ``named`` (the trainable parameters, in order) and the exchange's
-    options for it (the seed mixed with the place, but at place 0: each place draws from its
-    own streams)."""
-    owner = shares([p.numel() for _, p in named], size)
+    """What the rank at ``place`` of a node of ``size`` ranks exchanges across nodes: each
+    parameter's owner (:func:`shares` of ``named``, the trainable parameters in order; its
+    share is those ``place`` owns) and the exchange's options for it (the seed mixed with the
+    place, but at place 0: each place draws from its own streams)."""
     if place:
         options = options.replace(seed=stream_seed(options.seed, place))
-    return [i for i, o in enumerate(owner) if o == place], options
+    return shares([p.numel() for _, p in named], size), options
 
 
 def node_group(ranks_per_node: int | None = None) -> Any:
@@ -163,13 +162,13 @@ class NodeExchange(Synchronizer):
                 f"terngrad: a node of {nodes.size} ranks shares out the parameters, and the "
                 f"model has {len(named)}: use nodes of at most {len(named)} ranks"
             )
-        #: each parameter's owner: its place in the node
-        self._owners = shares([p.numel() for _, p in named], nodes.size)
         self.inside = Link(nodes.within)
         self._made = False
         extra = {k: settings.pop(k) for k in ("estimate",) if k in settings}
-        self._own, options = share(named, options or hook_options(*args, **settings),
-                                   nodes.size, nodes.place)  # fmt: skip
+        #: each parameter's owner (its place in the node), and those this rank owns
+        self._owners, options = share(named, options or hook_options(*args, **settings),
+                                      nodes.size, nodes.place)  # fmt: skip
+        self._own = [i for i, o in enumerate(self._owners) if o == nodes.place]
         super().__init__([named[i] for i in self._own], options=options, group=nodes.across,
                          last_layer=last_layer_names(module), **extra)  # fmt: skip
         #: every trainable parameter of the module (the replica); the share this rank
